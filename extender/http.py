@@ -1,0 +1,156 @@
+"""The HTTP front: a raw ASGI application, no framework.
+
+Measured on this machine class (reference/performance.md), a raw ASGI callable on
+uvicorn with uvloop and httptools, with msgspec doing the JSON, is the fastest Python
+stack for the extender's small-request, latency-bound pattern; frameworks cost 2-5x.
+Routes map a path to a function ``bytes -> bytes``; errors are mapped to replies by
+``extender.errors.reply_for`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from extender.cache import ClusterCache
+from extender.errors import (
+    JSON,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    Protocol,
+    RaygateError,
+    Reply,
+    reply_for,
+)
+from extender.scheduler_api import SchedulerExtender
+
+__all__ = ["DEFAULT_MAX_BODY", "Route", "create_app"]
+
+log = logging.getLogger("raygate.http")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# A 5,000-node NodeList (nodeCacheCapable: false) is about 36 MB; leave room above it.
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: bytes
+    handler: Callable[[bytes], bytes | Reply]
+    """Returns the body of a 200 reply, or a whole ``Reply`` when the status varies."""
+    protocol: Protocol = Protocol.RAYGATE
+    content_type: bytes = JSON
+
+
+class _Health(msgspec.Struct):
+    status: str
+    source: str = ""
+    objects: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+def create_app(
+    cache: ClusterCache,
+    scheduler: SchedulerExtender,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The ASGI application serving every HTTP route of raygate."""
+
+    def healthz(_: bytes) -> bytes:
+        return b'{"status":"ok"}'
+
+    def readyz(_: bytes) -> Reply:
+        status = "ready" if cache.ready else "not-ready"
+        body = _Health(status=status, source=cache.source, objects=cache.snapshot.counts())
+        return (200 if cache.ready else 503), msgspec.json.encode(body), JSON
+
+    routes: dict[str, Route] = {
+        "/healthz": Route(b"GET", healthz),
+        "/readyz": Route(b"GET", readyz),
+        "/scheduler/filter": Route(b"POST", scheduler.filter, Protocol.SCHEDULER_FILTER),
+        "/scheduler/prioritize": Route(b"POST", scheduler.prioritize),
+        "/scheduler/preempt": Route(b"POST", scheduler.preempt),
+    }
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":  # websockets are not served
+            return
+        route = routes.get(scope["path"])
+        status, body, content_type = 500, b"", JSON
+        try:
+            if route is None:
+                raise NotFound(f"no route {scope['path']}")
+            if scope["method"].encode() != route.method and not (
+                scope["method"] == "HEAD" and route.method == b"GET"
+            ):
+                raise MethodNotAllowed(f"{scope['path']} accepts {route.method.decode()}")
+            request = await _read_body(scope, receive, max_body)
+            result = route.handler(request)
+            if isinstance(result, bytes):
+                status, body, content_type = 200, result, route.content_type
+            else:
+                status, body, content_type = result
+        except RaygateError as exc:
+            status, body, content_type = reply_for(
+                exc, route.protocol if route else Protocol.RAYGATE)
+            log.warning("%s %s: %s %s", scope["method"], scope["path"], status, exc)
+        except Exception:
+            # A bug, not bad input: log it with its traceback and still answer the peer.
+            log.exception("%s %s failed", scope["method"], scope["path"])
+            status, body, content_type = _internal(route)
+        await send({
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", content_type),
+                        (b"content-length", str(len(body)).encode())],
+        })
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+def _internal(route: Route | None) -> Reply:
+    error = RaygateError("internal error; see raygate's log")
+    return reply_for(error, route.protocol if route else Protocol.RAYGATE)
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise PayloadTooLarge(f"body of {int(value)} bytes exceeds the limit of {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

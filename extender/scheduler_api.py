@@ -1,0 +1,181 @@
+"""kube-scheduler extender verbs: bytes in, bytes out, the policy in between.
+
+Each verb decodes the request into slim structs, asks ``plugin`` for the decision and
+encodes the reply. The snapshot is read once per request. Errors are raised as
+``extender.errors`` types; the HTTP layer maps them to replies in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from extender import convert
+from extender.cache import ClusterCache, Snapshot
+from extender.errors import BadRequest, MissingField
+from extender.wire import kube
+from extender.wire import scheduler as wire
+from plugin.classify import gpu_node_reason
+from plugin.model import PodView
+from plugin.placement import Decision, Verdict, decide, filter_names, score
+from plugin.victims import Candidate, select_victims
+
+__all__ = ["SchedulerExtender"]
+
+log = logging.getLogger("raygate.scheduler")
+
+_encode = msgspec.json.encode
+
+
+def _request_pod(pod: kube.Pod | msgspec.UnsetType | None) -> PodView:
+    if not isinstance(pod, kube.Pod):  # absent (UNSET) or null
+        raise MissingField("Pod")
+    try:
+        return convert.pod_view(pod, "$.Pod")
+    except convert.ConversionError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _decode(decoder: Callable[[bytes], Any], body: bytes) -> Any:
+    try:
+        return decoder(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BadRequest(f"cannot decode request: {exc}") from None
+
+
+def _nodes_from_list(
+    raw_items: list[msgspec.Raw], snap: Snapshot
+) -> list[tuple[msgspec.Raw, str, bool]]:
+    """(raw node, name, is GPU) for a NodeList request, classified from the Node objects
+    the scheduler sent: in that mode they are the truth, whatever the cache holds."""
+    out = []
+    for i, raw in enumerate(raw_items):
+        try:
+            node = convert.node_view(wire.decode_node(raw), f"$.Nodes.items[{i}]")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise BadRequest(f"cannot decode $.Nodes.items[{i}]: {exc}") from None
+        except convert.ConversionError as exc:
+            raise BadRequest(str(exc)) from None
+        out.append((raw, node.name, gpu_node_reason(node, snap.config) is not None))
+    return out
+
+
+class SchedulerExtender:
+    def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time) -> None:
+        self.cache = cache
+        self.clock = clock
+
+    def _decide(self, pod: PodView, snap: Snapshot, verb: str) -> Decision:
+        decision = decide(pod, snap, snap.config, self.clock())
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.verdict.value,
+                      decision.rule.value, decision.reason)
+        return decision
+
+    def filter(self, body: bytes) -> bytes:
+        args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
+        pod = _request_pod(args.pod)
+        snap = self.cache.snapshot
+        decision = self._decide(pod, snap, "filter")
+        names = args.node_names
+        if isinstance(names, list):
+            passed, failed = filter_names(decision, names, snap.gpu_node_names.__contains__)
+            return _encode(
+                wire.FilterResult(node_names=passed, failed_and_unresolvable_nodes=failed))
+        if isinstance(args.nodes, wire.NodeListRaw):
+            items = args.nodes.items or []
+            if decision.verdict is not Verdict.AVOID_GPU:
+                return _encode(wire.FilterResult(nodes=wire.NodeListOut(items=items)))
+            kept: list[msgspec.Raw] = []
+            failed = {}
+            for raw, name, is_gpu in _nodes_from_list(items, snap):
+                if is_gpu:
+                    failed[name] = decision.gpu_node_message
+                else:
+                    kept.append(raw)
+            return _encode(wire.FilterResult(
+                nodes=wire.NodeListOut(items=kept), failed_and_unresolvable_nodes=failed))
+        # Neither names nor nodes: there is nothing to filter; answer with no nodes.
+        return _encode(wire.FilterResult(node_names=[]))
+
+    def prioritize(self, body: bytes) -> bytes:
+        args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
+        pod = _request_pod(args.pod)
+        snap = self.cache.snapshot
+        decision = self._decide(pod, snap, "prioritize")
+        if decision.verdict is Verdict.UNMANAGED:
+            return b"[]"
+        names = args.node_names
+        if isinstance(names, list):
+            # Nodes the cache has never seen get no entry: no opinion, their in-tree
+            # scores stand.
+            entries = [e for e in map(snap.prioritize_entries.get, names) if e is not None]
+            return b"[" + b",".join(entries) + b"]"
+        if isinstance(args.nodes, wire.NodeListRaw):
+            return _encode([
+                wire.HostPriority(host=name, score=score(is_gpu))
+                for _, name, is_gpu in _nodes_from_list(args.nodes.items or [], snap)
+            ])
+        return b"[]"
+
+    def preempt(self, body: bytes) -> bytes:
+        args: wire.PreemptArgs = _decode(wire.decode_preempt_args, body)
+        preemptor = _request_pod(args.pod)
+        snap = self.cache.snapshot
+        candidates = self._candidates(args, snap)
+        outcomes = select_victims(preemptor, candidates, snap, snap.config)
+        result: dict[str, wire.MetaVictims] = {}
+        for outcome in outcomes:
+            if outcome.removed or outcome.substituted or outcome.dropped:
+                log.info(
+                    "preempt %s on %s: protected %s, substituted %s%s",
+                    preemptor.ref, outcome.node_name,
+                    [f"{ref} ({why})" for ref, why in outcome.removed] or "none",
+                    outcome.substituted or "none",
+                    f", node dropped: {outcome.dropped}" if outcome.dropped else "",
+                )
+            if outcome.dropped or not outcome.victims:
+                continue
+            result[outcome.node_name] = wire.MetaVictims(
+                pods=[wire.MetaPod(uid=uid) for uid in outcome.victims],
+                num_pdb_violations=outcome.num_pdb_violations,
+            )
+        return _encode(wire.PreemptResult(node_name_to_meta_victims=result))
+
+    def _candidates(self, args: wire.PreemptArgs, snap: Snapshot) -> list[Candidate]:
+        candidates: list[Candidate] = []
+        meta = args.node_name_to_meta_victims
+        full = args.node_name_to_victims
+        if isinstance(meta, dict):
+            for node_name, victims in meta.items():
+                known: list[PodView] = []
+                unknown: list[str] = []
+                for meta_pod in (victims.pods if victims else None) or ():
+                    view = snap.pod(meta_pod.uid)
+                    # A pod the cache places elsewhere is stale cache; the scheduler's
+                    # snapshot says it is on this node, so treat it as unknown.
+                    if view is not None and view.node_name == node_name:
+                        known.append(view)
+                    else:
+                        unknown.append(meta_pod.uid)
+                candidates.append(Candidate(
+                    node_name, tuple(known), tuple(unknown),
+                    victims.num_pdb_violations if victims else 0))
+        elif isinstance(full, dict):
+            for node_name, full_victims in full.items():
+                pods = (full_victims.pods if full_victims else None) or ()
+                views = []
+                for i, victim in enumerate(pods):
+                    try:
+                        path = f"$.NodeNameToVictims.{node_name}.Pods[{i}]"
+                        views.append(convert.pod_view(victim, path))
+                    except convert.ConversionError as exc:
+                        raise BadRequest(str(exc)) from None
+                candidates.append(Candidate(
+                    node_name, tuple(views), (),
+                    full_victims.num_pdb_violations if full_victims else 0))
+        return candidates

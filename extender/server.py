@@ -1,0 +1,101 @@
+"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from extender.cache import ClusterCache
+from extender.http import DEFAULT_MAX_BODY, create_app
+from extender.scheduler_api import SchedulerExtender
+
+__all__ = ["RaygateServer", "bind_socket"]
+
+log = logging.getLogger("raygate.server")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+class _HttpServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # raygate handles SIGTERM/SIGINT itself for both servers and exits 0; uvicorn's
+        # own handling re-raises the signal after shutdown (exit status -15).
+        yield
+
+
+class RaygateServer:
+    """The HTTP and gRPC servers over one cache. ``run`` serves until ``stop``."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        http_sock: socket.socket,
+        grpc_addr: str,
+        scheduler: SchedulerExtender | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        self.cache = cache
+        self.http_sock = http_sock
+        self.http_port: int = http_sock.getsockname()[1]
+        self.grpc_addr = grpc_addr
+        self.grpc_port = 0
+        self.scheduler = scheduler or SchedulerExtender(cache)
+        self.started = asyncio.Event()
+        config = uvicorn.Config(
+            create_app(cache, self.scheduler, max_body),
+            http="httptools",
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            # kube-scheduler keeps its connections alive between scheduling cycles.
+            timeout_keep_alive=75,
+        )
+        self._http = _HttpServer(config)
+        self._grpc: grpc.aio.Server | None = None
+
+    async def run(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        self._grpc = grpc.aio.server()
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
+        self.grpc_port = self._grpc.add_insecure_port(self.grpc_addr)
+        await self._grpc.start()
+        status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        await health_servicer.set("", status)
+        log.info("serving HTTP on %s:%d, gRPC on port %d (%s)",
+                 *self.http_sock.getsockname()[:2], self.grpc_port, self.cache.source)
+        serving = asyncio.ensure_future(self._http.serve(sockets=[self.http_sock]))
+        while not self._http.started and not serving.done():
+            await asyncio.sleep(0.005)
+        self.started.set()
+        try:
+            await serving
+        finally:
+            await health_servicer.enter_graceful_shutdown()
+            await self._grpc.stop(grace=5)
+
+    def stop(self) -> None:
+        """Ask both servers to finish in-flight requests and exit; safe from any thread
+        through ``loop.call_soon_threadsafe``."""
+        self._http.should_exit = True

@@ -1,0 +1,159 @@
+"""Slim msgspec views of the Kubernetes objects raygate reads.
+
+Field names follow the Kubernetes JSON (camelCase, via ``rename="camel"``). Unknown fields
+are ignored, never forbidden: upstream objects grow every release. Only what the policy
+and the admission status need is declared; msgspec skips the rest without building it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+Quantity = str | int | float
+ResourceList = dict[str, Quantity]
+
+
+class _Base(msgspec.Struct, rename="camel", omit_defaults=True):
+    pass
+
+
+class OwnerReference(_Base):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    api_version: str = ""
+    controller: bool | None = None
+
+
+class PodAnnotations(msgspec.Struct, omit_defaults=True):
+    """Only the annotations raygate reads: a pod's annotations can be large
+    (``kubectl.kubernetes.io/last-applied-configuration``) and are skipped unbuilt."""
+
+    preemptable: str | None = msgspec.field(default=None, name="volcano.sh/preemptable")
+    group_name: str | None = msgspec.field(default=None, name="scheduling.k8s.io/group-name")
+    task_spec: str | None = msgspec.field(default=None, name="volcano.sh/task-spec")
+
+
+class PodMeta(_Base):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] | None = None
+    annotations: PodAnnotations | None = None
+    owner_references: list[OwnerReference] | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+
+
+class Resources(_Base):
+    requests: ResourceList | None = None
+    limits: ResourceList | None = None
+
+
+class Container(_Base):
+    name: str = ""
+    resources: Resources | None = None
+    restart_policy: str | None = None
+
+
+class PodSpec(_Base):
+    node_name: str | None = None
+    priority: int | None = None
+    containers: list[Container] | None = None
+    init_containers: list[Container] | None = None
+    overhead: ResourceList | None = None
+
+
+class Condition(_Base):
+    type: str = ""
+    status: str = ""
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+
+
+class PodStatus(_Base):
+    phase: str | None = None
+    conditions: list[Condition] | None = None
+    nominated_node_name: str | None = None
+    start_time: str | None = None
+
+
+class Pod(_Base):
+    metadata: PodMeta = msgspec.field(default_factory=PodMeta)
+    spec: PodSpec = msgspec.field(default_factory=PodSpec)
+    status: PodStatus = msgspec.field(default_factory=PodStatus)
+
+
+class ObjectMeta(_Base):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] | None = None
+    owner_references: list[OwnerReference] | None = None
+
+
+class NodeSpec(_Base):
+    unschedulable: bool | None = None
+
+
+class NodeStatus(_Base):
+    allocatable: ResourceList | None = None
+
+
+class Node(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: NodeSpec = msgspec.field(default_factory=NodeSpec)
+    status: NodeStatus = msgspec.field(default_factory=NodeStatus)
+
+
+class WorkerGroupSpec(_Base):
+    group_name: str = ""
+    replicas: int | None = None
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    num_of_hosts: int | None = None
+    suspend: bool | None = None
+
+
+class RayClusterSpec(_Base):
+    enable_in_tree_autoscaling: bool | None = None
+    suspend: bool | None = None
+    worker_group_specs: list[WorkerGroupSpec] | None = None
+
+
+class RayCluster(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: RayClusterSpec = msgspec.field(default_factory=RayClusterSpec)
+
+
+class PodGroupSpec(_Base):
+    min_member: int | None = None
+
+
+class PodGroupStatus(_Base):
+    phase: str | None = None
+    conditions: list[Condition] | None = None
+
+
+class PodGroup(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PodGroupSpec = msgspec.field(default_factory=PodGroupSpec)
+    status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
+
+
+class WorkloadStatus(_Base):
+    conditions: list[Condition] | None = None
+
+
+class Workload(_Base):
+    api_version: str = ""
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    status: WorkloadStatus = msgspec.field(default_factory=WorkloadStatus)
+
+
+class TypeMeta(_Base):
+    """Enough of any object to route it by kind."""
+
+    api_version: str = ""
+    kind: str = ""

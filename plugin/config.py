@@ -1,0 +1,136 @@
+"""Policy settings: typed, defaulted, validated apart from the defaults.
+
+``policy_config_from_mapping`` turns the ``policy:`` part of a config file into a
+``PolicyConfig`` and reports every problem with its path, all at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+__all__ = ["ConfigError", "GpuNodesForSurplus", "PolicyConfig", "policy_config_from_mapping"]
+
+DEFAULT_GPU_RESOURCES = (
+    "nvidia.com/gpu",
+    "amd.com/gpu",
+    "gpu.intel.com/i915",
+    "gpu.intel.com/xe",
+    "habana.ai/gaudi",
+    "aws.amazon.com/neuron",
+    "google.com/tpu",
+)
+
+
+class GpuNodesForSurplus(Enum):
+    """May CPU-only Ray workers use GPU nodes at all?"""
+
+    NEVER = "never"  # no CPU-only Ray pod, floor or surplus, ever lands on a GPU node
+    SURPLUS = "surplus"  # surplus (overflow) workers may, scored low; floor pods never
+    ALWAYS = "always"  # nobody is filtered; GPU nodes only score low
+
+
+class ConfigError(ValueError):
+    """Invalid settings; ``problems`` lists each as ``"path: what is wrong"``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    gpu_resources: tuple[str, ...] = DEFAULT_GPU_RESOURCES
+    """Extended resources that make a node a GPU node (allocatable > 0) and a pod a GPU pod
+    (any container requests or limits one). Default: the device plugins of NVIDIA, AMD,
+    Intel, Habana, AWS Neuron and Google TPU."""
+
+    gpu_node_labels: Mapping[str, str] = field(
+        default_factory=lambda: {"nvidia.com/gpu.present": "true"}
+    )
+    """Node labels (key: value) that mark a GPU node even before its device plugin
+    advertises the resource. Default: the NVIDIA GPU Operator's ``gpu.present``."""
+
+    thrash_guard_seconds: float = 300.0
+    """Seconds, counted from the DisruptionTarget condition's lastTransitionTime, during
+    which a worker group that lost a pod to scheduler preemption on a GPU node keeps all
+    its CPU-only pods off GPU nodes. Default 300 s: longer than a typical GPU job's
+    scheduling burst, short enough that idle GPU capacity is used again soon. 0 disables."""
+
+    gpu_nodes_for_surplus: GpuNodesForSurplus = GpuNodesForSurplus.SURPLUS
+    """``never | surplus | always``; see ``GpuNodesForSurplus``. Default ``surplus``."""
+
+
+def _string_list(value: Any, path: str, problems: list[str]) -> tuple[str, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        problems.append(f"{path}: expected a list of non-empty strings, got {value!r}")
+        return None
+    return tuple(value)
+
+
+def policy_config_from_mapping(data: Mapping[str, Any], path: str = "policy") -> PolicyConfig:
+    """Build a ``PolicyConfig`` from a mapping with camelCase keys, as in the YAML file."""
+    problems: list[str] = []
+    if not isinstance(data, Mapping):
+        raise ConfigError([f"{path}: expected a mapping, got {type(data).__name__}"])
+    known = {"gpuResources", "gpuNodeLabels", "thrashGuardSeconds", "gpuNodesForSurplus"}
+    problems.extend(f"{path}.{key}: unknown setting" for key in data if key not in known)
+    values: dict[str, Any] = {}
+    if "gpuResources" in data:
+        resources = _string_list(data["gpuResources"], f"{path}.gpuResources", problems)
+        if resources is not None:
+            values["gpu_resources"] = resources
+    if "gpuNodeLabels" in data:
+        labels = data["gpuNodeLabels"]
+        if not isinstance(labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            problems.append(
+                f"{path}.gpuNodeLabels: expected a mapping of label to string value, "
+                f"got {labels!r} (quote values such as \"true\")"
+            )
+        else:
+            values["gpu_node_labels"] = dict(labels)
+    if "thrashGuardSeconds" in data:
+        seconds = data["thrashGuardSeconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            problems.append(
+                f"{path}.thrashGuardSeconds: expected a number of seconds >= 0, got {seconds!r}"
+            )
+        else:
+            values["thrash_guard_seconds"] = float(seconds)
+    if "gpuNodesForSurplus" in data:
+        mode = data["gpuNodesForSurplus"]
+        allowed = [m.value for m in GpuNodesForSurplus]
+        if mode not in allowed:
+            problems.append(
+                f"{path}.gpuNodesForSurplus: expected one of {', '.join(allowed)}, got {mode!r}"
+            )
+        else:
+            values["gpu_nodes_for_surplus"] = GpuNodesForSurplus(mode)
+    if problems:
+        raise ConfigError(problems)
+    return PolicyConfig(**values)
+
+
+def policy_config_to_mapping(config: PolicyConfig) -> dict[str, Any]:
+    """The inverse of ``policy_config_from_mapping``, for ``--print-config``."""
+    names = {
+        "gpu_resources": "gpuResources",
+        "gpu_node_labels": "gpuNodeLabels",
+        "thrash_guard_seconds": "thrashGuardSeconds",
+        "gpu_nodes_for_surplus": "gpuNodesForSurplus",
+    }
+    out: dict[str, Any] = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[names[f.name]] = value
+    return out

@@ -1,0 +1,234 @@
+"""Fluent builders of Kubernetes objects as JSON-ready dicts, shaped as the API server
+and kubectl print them: ``make_pod("w1").ray("demo", "overflow").requests(cpu="2").obj()``.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any, Self
+
+Obj = dict[str, Any]
+
+T0 = "2026-11-30T04:00:00Z"
+T0_EPOCH = 1796011200.0  # T0 as seconds since the epoch
+
+
+def uid_for(kind: str, namespace: str, name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{namespace}/{name}"))
+
+
+def iso(epoch: float) -> str:
+    """Seconds since the epoch to an RFC 3339 time, as Kubernetes writes it."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PodBuilder:
+    def __init__(self, name: str, namespace: str) -> None:
+        self._obj: Obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid_for("Pod", namespace, name),
+                "creationTimestamp": T0,
+                "labels": {},
+            },
+            "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {}}]},
+            "status": {"phase": "Pending"},
+        }
+
+    @property
+    def _meta(self) -> Obj:
+        meta: Obj = self._obj["metadata"]
+        return meta
+
+    def ray(self, cluster: str, group: str = "workers", node_type: str = "worker") -> Self:
+        """A KubeRay pod: labels, controller owner and Volcano annotations as KubeRay sets
+        them."""
+        group = "headgroup" if node_type == "head" else group
+        self._meta["labels"].update({
+            "ray.io/cluster": cluster,
+            "ray.io/group": group,
+            "ray.io/node-type": node_type,
+            "ray.io/is-ray-node": "yes",
+        })
+        self._meta["ownerReferences"] = [{
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "name": cluster,
+            "uid": uid_for("RayCluster", self._meta["namespace"], cluster),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }]
+        self._meta.setdefault("annotations", {})["scheduling.k8s.io/group-name"] = (
+            f"ray-{cluster}-pg")
+        return self
+
+    def head(self, cluster: str) -> Self:
+        return self.ray(cluster, node_type="head")
+
+    def requests(self, **resources: str) -> Self:
+        """Container 0's requests; ``nvidia_com_gpu`` spells ``nvidia.com/gpu``."""
+        res = self._obj["spec"]["containers"][0]["resources"]
+        res.setdefault("requests", {}).update(_names(resources))
+        return self
+
+    def limits(self, **resources: str) -> Self:
+        res = self._obj["spec"]["containers"][0]["resources"]
+        res.setdefault("limits", {}).update(_names(resources))
+        return self
+
+    def init_requests(self, sidecar: bool = False, **resources: str) -> Self:
+        init: Obj = {"name": f"init-{len(self._obj['spec'].get('initContainers', []))}",
+                     "resources": {"requests": _names(resources)}}
+        if sidecar:
+            init["restartPolicy"] = "Always"
+        self._obj["spec"].setdefault("initContainers", []).append(init)
+        return self
+
+    def on(self, node: str) -> Self:
+        self._obj["spec"]["nodeName"] = node
+        self._obj["status"]["phase"] = "Running"
+        return self
+
+    def priority(self, value: int) -> Self:
+        self._obj["spec"]["priority"] = value
+        return self
+
+    def created(self, timestamp: str) -> Self:
+        self._meta["creationTimestamp"] = timestamp
+        return self
+
+    def annotate(self, key: str, value: str) -> Self:
+        self._meta.setdefault("annotations", {})[key] = value
+        return self
+
+    def label(self, key: str, value: str) -> Self:
+        self._meta["labels"][key] = value
+        return self
+
+    def uid(self, value: str) -> Self:
+        self._meta["uid"] = value
+        return self
+
+    def phase(self, value: str) -> Self:
+        self._obj["status"]["phase"] = value
+        return self
+
+    def condition(self, type_: str, status: str, reason: str = "", message: str = "",
+                  at: str = T0) -> Self:
+        cond: Obj = {"type": type_, "status": status, "lastTransitionTime": at}
+        if reason:
+            cond["reason"] = reason
+        if message:
+            cond["message"] = message
+        self._obj["status"].setdefault("conditions", []).append(cond)
+        return self
+
+    def preempted(self, at: str = T0, reason: str = "PreemptionByScheduler") -> Self:
+        """Marked by the scheduler for preemption: DisruptionTarget, then deletion."""
+        self.condition("DisruptionTarget", "True", reason,
+                       "default-scheduler: preempting to accommodate a higher priority pod", at)
+        self._meta["deletionTimestamp"] = at
+        return self
+
+    def terminating(self, at: str = T0) -> Self:
+        self._meta["deletionTimestamp"] = at
+        return self
+
+    def obj(self) -> Obj:
+        return copy.deepcopy(self._obj)
+
+
+class NodeBuilder:
+    def __init__(self, name: str) -> None:
+        self._obj: Obj = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "uid": uid_for("Node", "", name),
+                         "labels": {"kubernetes.io/hostname": name}},
+            "spec": {},
+            "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}},
+        }
+
+    def allocatable(self, **resources: str) -> Self:
+        self._obj["status"]["allocatable"].update(_names(resources))
+        return self
+
+    def gpus(self, count: int, resource: str = "nvidia.com/gpu") -> Self:
+        self._obj["status"]["allocatable"][resource] = str(count)
+        return self
+
+    def label(self, key: str, value: str) -> Self:
+        self._obj["metadata"]["labels"][key] = value
+        return self
+
+    def obj(self) -> Obj:
+        return copy.deepcopy(self._obj)
+
+
+class RayClusterBuilder:
+    def __init__(self, name: str, namespace: str) -> None:
+        self._obj: Obj = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": namespace,
+                         "uid": uid_for("RayCluster", namespace, name)},
+            "spec": {
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                    {"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}},
+                "workerGroupSpecs": [],
+            },
+        }
+
+    def autoscaling(self, enabled: bool = True) -> Self:
+        self._obj["spec"]["enableInTreeAutoscaling"] = enabled
+        return self
+
+    def group(self, name: str, *, replicas: int | None = None, min: int = 0,
+              max: int | None = None, hosts: int | None = None,
+              cpu: str = "1", gpu: str | None = None) -> Self:
+        group: Obj = {"groupName": name, "minReplicas": min, "rayStartParams": {}}
+        if replicas is not None:
+            group["replicas"] = replicas
+        if max is not None:
+            group["maxReplicas"] = max
+        if hosts is not None:
+            group["numOfHosts"] = hosts
+        requests = {"cpu": cpu} | ({"nvidia.com/gpu": gpu} if gpu else {})
+        group["template"] = {"spec": {"containers": [
+            {"name": "ray-worker", "image": "rayproject/ray:2.60.0",
+             "resources": {"requests": requests, "limits": requests}}]}}
+        self._obj["spec"]["workerGroupSpecs"].append(group)
+        return self
+
+    def obj(self) -> Obj:
+        return copy.deepcopy(self._obj)
+
+
+def _names(resources: dict[str, str]) -> dict[str, str]:
+    return {k.replace("nvidia_com_gpu", "nvidia.com/gpu")
+             .replace("ephemeral_storage", "ephemeral-storage"): v
+            for k, v in resources.items()}
+
+
+def make_pod(name: str, namespace: str = "ray") -> PodBuilder:
+    return PodBuilder(name, namespace)
+
+
+def make_node(name: str) -> NodeBuilder:
+    return NodeBuilder(name)
+
+
+def make_raycluster(name: str, namespace: str = "ray") -> RayClusterBuilder:
+    return RayClusterBuilder(name, namespace)
+
+
+def object_list(*objects: Obj) -> Obj:
+    """A ``kind: List`` as ``kubectl get -o json`` prints it."""
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+            "items": list(objects)}

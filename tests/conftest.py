@@ -1,0 +1,97 @@
+"""Shared fixtures: a real raygate server (HTTP + gRPC) on loopback, fed by the real
+snapshot loader, with a clock the test controls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvloop
+
+from extender.cache import ClusterCache, Snapshot
+from extender.scheduler_api import SchedulerExtender
+from extender.server import RaygateServer, bind_socket
+from extender.snapshot_files import load_text
+from plugin.config import PolicyConfig
+from tests.builders import T0_EPOCH, Obj, object_list
+
+
+class FakeClock:
+    """Seconds since the epoch, moved by the test, never by the wall clock."""
+
+    def __init__(self, now: float = T0_EPOCH) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def snapshot_of(*objects: Obj, config: PolicyConfig | None = None) -> Snapshot:
+    """Objects through the real loader (as a `kubectl get -o json` List) into a snapshot."""
+    loaded = load_text(json.dumps(object_list(*objects)), "test")
+    return Snapshot(loaded, config or PolicyConfig())
+
+
+class ServerThread:
+    """raygate's real servers in a background thread with their own event loop."""
+
+    def __init__(self, cache: ClusterCache, clock: FakeClock, **options: Any) -> None:
+        sock = bind_socket("127.0.0.1", 0)
+        self.server = RaygateServer(cache, sock, "127.0.0.1:0", SchedulerExtender(cache, clock),
+                                    **options)
+        self.cache = cache
+        self.clock = clock
+        self.loop = uvloop.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="raygate-test-server", daemon=True)
+        self.url = f"http://127.0.0.1:{self.server.http_port}"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.server.run())
+
+    def start(self) -> None:
+        self.thread.start()
+        with httpx.Client(base_url=self.url) as client:
+            for _ in range(500):
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                threading.Event().wait(0.01)
+        raise RuntimeError("raygate test server did not start")
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.stop)
+        self.thread.join(15)
+
+    def publish(self, *objects: Obj, config: PolicyConfig | None = None) -> Snapshot:
+        snap = snapshot_of(*objects, config=config)
+        self.cache.publish(snap)
+        return snap
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerThread]:
+    cache = ClusterCache(PolicyConfig(), "test")
+    thread = ServerThread(cache, FakeClock())
+    thread.start()
+    yield thread
+    thread.stop()
+
+
+@pytest.fixture
+def client(server: ServerThread) -> Iterator[httpx.Client]:
+    server.clock.now = T0_EPOCH
+    with httpx.Client(base_url=server.url, timeout=10) as c:
+        yield c
+
+
+def post_json(client: httpx.Client, path: str, body: Any) -> httpx.Response:
+    return client.post(path, content=json.dumps(body),
+                       headers={"Content-Type": "application/json"})

@@ -1,0 +1,18 @@
+"""The layering of DESIGN.md, checked by import-linter's contracts in pyproject.toml."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_import_contracts_hold() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 2 kept, 0 broken." in result.stdout

@@ -1,0 +1,236 @@
+"""preempt: the floor is never breached, substitution and dropping, over real HTTP, plus a
+Hypothesis property over random clusters and victim sets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extender import convert
+from extender.wire import kube
+from plugin.classify import group_floor
+from plugin.config import PolicyConfig
+from plugin.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView
+from plugin.victims import Candidate, select_victims
+from tests.builders import Obj, make_node, make_pod, make_raycluster, uid_for
+from tests.conftest import ServerThread, post_json, snapshot_of
+
+# gpu-1: 16 CPU, 8 GPUs. The preemptor wants 4 GPUs and 8 CPU at priority 100.
+CLUSTER = make_raycluster("rc").autoscaling().group("base", replicas=2, min=2, max=2) \
+    .group("over", replicas=6, min=0, max=8).obj()
+PREEMPTOR = make_pod("trainer", "ml").requests(cpu="8", nvidia_com_gpu="4").priority(100).obj()
+
+
+def uid(name: str, namespace: str = "ray") -> str:
+    return uid_for("Pod", namespace, name)
+
+
+def base(name: str, node: str = "gpu-1", cpu: str = "4") -> Obj:
+    return make_pod(name).ray("rc", "base").requests(cpu=cpu).on(node).obj()
+
+
+def over(name: str, node: str = "gpu-1", cpu: str = "4", priority: int = 0,
+         created: str = "2026-11-30T04:00:00Z") -> Obj:
+    return make_pod(name).ray("rc", "over").requests(cpu=cpu).on(node) \
+        .priority(priority).created(created).obj()
+
+
+def other(name: str, node: str = "gpu-1", cpu: str = "4", priority: int = 0) -> Obj:
+    return make_pod(name, "default").requests(cpu=cpu).on(node).priority(priority).obj()
+
+
+NODES = [make_node("gpu-1").gpus(8).obj(), make_node("gpu-2").gpus(8).obj(),
+         make_node("cpu-1").obj()]
+
+
+@dataclass
+class Case:
+    id: str
+    objects: list[Obj]
+    proposed: dict[str, list[str]]
+    """node -> victim UIDs, as kube-scheduler proposes them."""
+    expected: dict[str, list[str]]
+    pdb: dict[str, int] = field(default_factory=dict)
+
+
+CASES = [
+    Case("surplus victims pass, most important first",
+         [over("o1", priority=1), over("o2", priority=5), over("o3", priority=1,
+                                                                created="2026-11-30T03:00:00Z")],
+         {"gpu-1": [uid("o1"), uid("o2"), uid("o3")]},
+         {"gpu-1": [uid("o2"), uid("o3"), uid("o1")]}),
+    Case("floor victim removed, the rest still make room",
+         [base("b1"), base("b2", node="cpu-1"), over("o1", cpu="8")],
+         {"gpu-1": [uid("b1"), uid("o1")]}, {"gpu-1": [uid("o1")]}),
+    Case("floor victim replaced by a surplus pod on the node, lowest priority first",
+         [base("b1", cpu="8"), base("b2", node="cpu-1"), over("o1", priority=7),
+          over("o2", priority=3)],
+         {"gpu-1": [uid("b1")]}, {"gpu-1": [uid("o1"), uid("o2")]}),
+    Case("substitution takes only as many as needed",
+         [base("b1", cpu="4"), base("b2", node="cpu-1"), over("o1", cpu="4", priority=7),
+          over("o2", cpu="4", priority=3), over("o3", cpu="4", priority=5)],
+         # 16 CPU all used, 8 needed: o2 (priority 3) and o3 (5), never o1 (7).
+         {"gpu-1": [uid("b1")]}, {"gpu-1": [uid("o3"), uid("o2")]}),
+    Case("no surplus to substitute: node dropped",
+         [base("b1", cpu="12"), base("b2", node="cpu-1"), other("web")],
+         {"gpu-1": [uid("b1")]}, {}),
+    Case("substitutes never outrank the preemptor",
+         [base("b1", cpu="8"), base("b2", node="cpu-1"), over("o1", priority=100),
+          over("o2", priority=200)],
+         {"gpu-1": [uid("b1")]}, {}),
+    Case("the head is protected",
+         [make_pod("h").head("rc").requests(cpu="12").on("gpu-1").obj(), over("o1")],
+         {"gpu-1": [uid("h"), uid("o1")]}, {}),
+    Case("preemptable=false is protected on any pod",
+         [make_pod("keep", "default").requests(cpu="4").on("gpu-1")
+          .annotate(ANNOTATION_PREEMPTABLE, "false").obj(), other("web", cpu="8")],
+         {"gpu-1": [uid("keep", "default"), uid("web", "default")]},
+         {"gpu-1": [uid("web", "default")]}),
+    Case("terminating pods still hold their resources",
+         [base("b1", cpu="4"), base("b2", node="cpu-1"),
+          make_pod("dying", "default").requests(cpu="8").on("gpu-1").terminating().obj(),
+          over("o1", cpu="4")],
+         # Without the dying pod's 8 CPU, evicting o1 would make room.
+         {"gpu-1": [uid("b1")]}, {}),
+    Case("a candidate of surplus victims drops candidates that evict others",
+         [over("o1"), over("o2", node="gpu-2"), other("web", node="gpu-2"), over("o3")],
+         {"gpu-1": [uid("o1"), uid("o3")], "gpu-2": [uid("o2"), uid("web", "default")]},
+         {"gpu-1": [uid("o1"), uid("o3")]}),
+    Case("non-ray victims stand when no candidate is all surplus",
+         [other("web"), other("db", node="gpu-2")],
+         {"gpu-1": [uid("web", "default")], "gpu-2": [uid("db", "default")]},
+         {"gpu-1": [uid("web", "default")], "gpu-2": [uid("db", "default")]},
+         pdb={"gpu-1": 0, "gpu-2": 2}),
+    Case("UIDs the cache has not seen pass through (fail open)",
+         [other("web")], {"gpu-1": ["not-in-cache", uid("web", "default")]},
+         {"gpu-1": [uid("web", "default"), "not-in-cache"]}),
+    Case("unknown node without protected victims passes through",
+         [], {"node-x": ["a", "b"]}, {"node-x": ["a", "b"]}),
+    Case("unknown node with protected victims is dropped",
+         [base("b1", node="node-x"), base("b2", node="cpu-1")],
+         {"node-x": [uid("b1")]}, {}),
+    Case("a victim the cache places on another node is treated as unknown",
+         [over("o1", node="gpu-2")], {"gpu-1": [uid("o1")]}, {"gpu-1": [uid("o1")]}),
+]
+
+def _meta_body(proposed: dict[str, list[str]], pdb: dict[str, int]) -> dict[str, Any]:
+    return {"Pod": PREEMPTOR, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
+        node: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb.get(node, 0)}
+        for node, uids in proposed.items()}}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_preempt_meta_victims(case: Case, server: ServerThread, client: httpx.Client) -> None:
+    server.publish(*NODES, CLUSTER, *case.objects)
+    reply = post_json(client, "/scheduler/preempt", _meta_body(case.proposed, case.pdb))
+    assert reply.status_code == 200
+    result = reply.json()["NodeNameToMetaVictims"]
+    assert {n: [p["UID"] for p in v["Pods"]] for n, v in result.items()} == case.expected
+    for node, victims in result.items():
+        assert victims["Pods"], "every returned node needs at least one victim"
+        assert victims["NumPDBViolations"] == case.pdb.get(node, 0)
+
+
+def test_preempt_with_full_victims_answers_with_uids(
+    server: ServerThread, client: httpx.Client
+) -> None:
+    """nodeCacheCapable: false sends full Pods; the reply is always the Meta form."""
+    objects = [base("b1", cpu="8"), base("b2", node="cpu-1"), over("o1")]
+    server.publish(*NODES, CLUSTER, *objects)
+    body = {"Pod": PREEMPTOR, "NodeNameToMetaVictims": None,
+            "NodeNameToVictims": {"gpu-1": {"Pods": [objects[0]], "NumPDBViolations": 0}}}
+    reply = post_json(client, "/scheduler/preempt", body)
+    assert reply.json() == {"NodeNameToMetaVictims": {
+        "gpu-1": {"Pods": [{"UID": uid("o1")}], "NumPDBViolations": 0}}}
+
+
+def test_preempt_accepts_null_victims_and_empty_maps(
+    server: ServerThread, client: httpx.Client
+) -> None:
+    server.publish(*NODES, CLUSTER)
+    body = {"Pod": PREEMPTOR, "NodeNameToVictims": None,
+            "NodeNameToMetaVictims": {"gpu-1": None, "gpu-2": {"Pods": [], "NumPDBViolations": 0}}}
+    assert post_json(client, "/scheduler/preempt", body).json() == {"NodeNameToMetaVictims": {}}
+
+
+# ------------------------------------------------------------------- the floor property
+def _view(obj: Obj) -> PodView:
+    return convert.pod_view(msgspec.convert(obj, kube.Pod))
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[Obj], dict[str, list[str]]]:
+    nodes = ["gpu-1", "gpu-2", "cpu-1"]
+    builder = make_raycluster("rc").autoscaling(draw(st.booleans()))
+    groups = []
+    for g in range(draw(st.integers(1, 3))):
+        minimum = draw(st.integers(0, 3))
+        replicas = draw(st.integers(minimum, minimum + 3))
+        builder = builder.group(f"g{g}", replicas=replicas, min=minimum, max=minimum + 3,
+                                hosts=draw(st.sampled_from([None, 1, 2])))
+        groups.append(f"g{g}")
+    objects: list[Obj] = [builder.obj()]
+    if draw(st.booleans()):
+        objects.append(make_pod("head").head("rc").requests(cpu="1").on(draw(
+            st.sampled_from(nodes))).obj())
+    for i in range(draw(st.integers(0, 14))):
+        pod = make_pod(f"w{i}").ray("rc", draw(st.sampled_from(groups))).requests(
+            cpu=draw(st.sampled_from(["1", "2", "4"]))).priority(draw(st.integers(0, 3)))
+        if draw(st.booleans()):
+            pod = pod.on(draw(st.sampled_from(nodes)))
+        if draw(st.integers(0, 9)) == 0:
+            pod = pod.annotate(ANNOTATION_PREEMPTABLE, "false")
+        objects.append(pod.obj())
+    for i in range(draw(st.integers(0, 3))):
+        objects.append(other(f"x{i}", node=draw(st.sampled_from(nodes)), cpu="1"))
+    on_node: dict[str, list[str]] = {}
+    for obj in objects[1:]:
+        node = obj["spec"].get("nodeName")
+        if node:
+            on_node.setdefault(node, []).append(obj["metadata"]["uid"])
+    proposed = {n: draw(st.lists(st.sampled_from(uids), min_size=1, unique=True))
+                for n, uids in on_node.items() if draw(st.booleans())}
+    return objects, proposed
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_victims_never_take_a_group_below_its_floor(
+    case: tuple[list[Obj], dict[str, list[str]]]
+) -> None:
+    objects, proposed = case
+    snap = snapshot_of(*NODES, *objects)
+    preemptor = _view(PREEMPTOR)
+    candidates = []
+    for node, uids in proposed.items():
+        known = tuple(p for u in uids if (p := snap.pod(u)) is not None)
+        candidates.append(Candidate(node, known))
+    outcomes = select_victims(preemptor, candidates, snap, PolicyConfig())
+    cluster = snap.raycluster("ray", "rc")
+    assert cluster is not None
+    evicted: set[str] = set()
+    for outcome in outcomes:
+        if outcome.dropped:
+            assert outcome.victims == []
+            continue
+        assert outcome.victims, "a kept node has at least one victim"
+        pods = [snap.pod(u) for u in outcome.victims]
+        for pod in pods:
+            assert pod is not None and pod.node_name == outcome.node_name
+            assert pod.annotations.get(ANNOTATION_PREEMPTABLE) != "false"
+            assert pod.ray_node_type != "head"
+        priorities = [p.priority for p in pods if p is not None]
+        assert priorities == sorted(priorities, reverse=True)
+        evicted.update(outcome.victims)
+    # Even if the scheduler evicted every victim of every node, no group goes below its floor.
+    for spec in cluster.worker_groups:
+        live = [p for p in snap.group_pods(GroupKey("ray", "rc", spec.name))
+                if p.deleted is None and not p.terminal]
+        remaining = [p for p in live if p.uid not in evicted]
+        assert len(remaining) >= min(group_floor(cluster, spec.name), len(live))
