@@ -9,7 +9,7 @@ reads a consistent view for its whole life. ``Snapshot`` implements ``plugin``'s
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -84,6 +84,7 @@ class Snapshot:
         self._pods = {p.uid: p for p in objects.pods}
         by_node: defaultdict[str, list[PodView]] = defaultdict(list)
         by_group: defaultdict[GroupKey, list[PodView]] = defaultdict(list)
+        by_cluster: defaultdict[tuple[str, str], list[PodView]] = defaultdict(list)
         scheduled: Counter[GroupKey] = Counter()
         preemptions: defaultdict[GroupKey, list[PreemptionRecord]] = defaultdict(list)
         for remembered in remembered_preemptions:
@@ -94,6 +95,7 @@ class Snapshot:
             if pod.is_ray:
                 key = pod.group_key
                 by_group[key].append(pod)
+                by_cluster[(key.namespace, key.cluster)].append(pod)
                 if pod.node_name and not pod.terminal and pod.deleted is None:
                     scheduled[key] += 1
                 record = preemption_record(pod, gpu.get(pod.node_name, False))
@@ -103,7 +105,14 @@ class Snapshot:
         self._by_group = {k: tuple(v) for k, v in by_group.items()}
         self._scheduled = dict(scheduled)
         self._preemptions = {k: tuple(v) for k, v in preemptions.items()}
+        self._by_cluster = {k: tuple(v) for k, v in by_cluster.items()}
         self._rayclusters = {(r.namespace, r.name): r for r in objects.rayclusters}
+        self._podgroups = {(g.namespace, g.name): g for g in objects.podgroups}
+        workloads: defaultdict[tuple[str, str], list[WorkloadView]] = defaultdict(list)
+        for workload in objects.workloads:
+            if workload.owner is not None and workload.owner.kind == "RayCluster":
+                workloads[(workload.namespace, workload.owner.name)].append(workload)
+        self._workloads = {k: tuple(v) for k, v in workloads.items()}
 
     # --- plugin.model.ClusterView -------------------------------------------------------
     def node(self, name: str) -> NodeView | None:
@@ -130,6 +139,18 @@ class Snapshot:
     def preemptions(self, key: GroupKey) -> tuple[PreemptionRecord, ...]:
         return self._preemptions.get(key, ())
 
+    def rayclusters(self) -> tuple[RayClusterView, ...]:
+        return self.objects.rayclusters
+
+    def cluster_pods(self, namespace: str, cluster: str) -> tuple[PodView, ...]:
+        return self._by_cluster.get((namespace, cluster), ())
+
+    def podgroup(self, namespace: str, name: str) -> PodGroupView | None:
+        return self._podgroups.get((namespace, name))
+
+    def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
+        return self._workloads.get((namespace, cluster), ())
+
     # --- for status endpoints and logs --------------------------------------------------
     def counts(self) -> dict[str, int]:
         o = self.objects
@@ -150,7 +171,18 @@ class ClusterCache:
         self.source = source
         self.snapshot = Snapshot(ClusterObjects(), config)
         self.ready = False
+        self._listeners: list[Callable[[Snapshot], None]] = []
 
     def publish(self, snapshot: Snapshot) -> None:
+        """Make ``snapshot`` the current one, then tell every listener (in the publishing
+        thread: a listener must be quick and must not block, e.g. schedule work on its
+        own event loop with ``call_soon_threadsafe``)."""
         self.snapshot = snapshot
         self.ready = True
+        for listener in list(self._listeners):
+            listener(snapshot)
+
+    def add_listener(self, listener: Callable[[Snapshot], None]) -> Callable[[], None]:
+        """Call ``listener`` after each publish; returns a function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)

@@ -10,7 +10,7 @@ Routes map a path to a function ``bytes -> bytes``; errors are mapped to replies
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from extender.errors import (
 )
 from extender.scheduler_api import SchedulerExtender
 
-__all__ = ["DEFAULT_MAX_BODY", "Route", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY", "Route", "create_app", "health_routes", "scheduler_routes"]
 
 log = logging.getLogger("raygate.http")
 
@@ -57,12 +57,8 @@ class _Health(msgspec.Struct):
     objects: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-def create_app(
-    cache: ClusterCache,
-    scheduler: SchedulerExtender,
-    max_body: int = DEFAULT_MAX_BODY,
-) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI application serving every HTTP route of raygate."""
+def health_routes(cache: ClusterCache) -> dict[str, Route]:
+    """``/healthz`` (the process is alive) and ``/readyz`` (the cache is loaded)."""
 
     def healthz(_: bytes) -> bytes:
         return b'{"status":"ok"}'
@@ -72,13 +68,24 @@ def create_app(
         body = _Health(status=status, source=cache.source, objects=cache.snapshot.counts())
         return (200 if cache.ready else 503), msgspec.json.encode(body), JSON
 
-    routes: dict[str, Route] = {
-        "/healthz": Route(b"GET", healthz),
-        "/readyz": Route(b"GET", readyz),
+    return {"/healthz": Route(b"GET", healthz), "/readyz": Route(b"GET", readyz)}
+
+
+def scheduler_routes(scheduler: SchedulerExtender) -> dict[str, Route]:
+    """kube-scheduler's extender verbs under ``/scheduler/``."""
+    return {
         "/scheduler/filter": Route(b"POST", scheduler.filter, Protocol.SCHEDULER_FILTER),
         "/scheduler/prioritize": Route(b"POST", scheduler.prioritize),
         "/scheduler/preempt": Route(b"POST", scheduler.preempt),
     }
+
+
+def create_app(
+    routes: Mapping[str, Route],
+    max_body: int = DEFAULT_MAX_BODY,
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The ASGI application serving ``routes`` (exact paths)."""
+    routes = dict(routes)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -15,7 +15,7 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extender.cache import ClusterCache
-from extender.http import DEFAULT_MAX_BODY, create_app
+from extender.http import DEFAULT_MAX_BODY, Route, create_app, health_routes, scheduler_routes
 from extender.scheduler_api import SchedulerExtender
 
 __all__ = ["RaygateServer", "bind_socket"]
@@ -58,8 +58,13 @@ class RaygateServer:
         self.grpc_port = 0
         self.scheduler = scheduler or SchedulerExtender(cache)
         self.started = asyncio.Event()
+        # Every HTTP route raygate serves; each API module contributes its own.
+        routes: dict[str, Route] = {
+            **health_routes(cache),
+            **scheduler_routes(self.scheduler),
+        }
         config = uvicorn.Config(
-            create_app(cache, self.scheduler, max_body),
+            create_app(routes, max_body),
             http="httptools",
             lifespan="off",
             access_log=False,

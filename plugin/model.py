@@ -241,6 +241,23 @@ class ClusterView(Protocol):
         ...
 
     def preemptions(self, key: GroupKey) -> tuple[PreemptionRecord, ...]:
+        """Scheduler preemptions of the group's pods the cache saw (kept after the pods
+        are deleted, for the thrash-guard window)."""
+        ...
+
+    def rayclusters(self) -> tuple[RayClusterView, ...]:
+        ...
+
+    def cluster_pods(self, namespace: str, cluster: str) -> tuple[PodView, ...]:
+        """Every pod of the RayCluster (head and workers, by ``ray.io/cluster`` or the
+        controller owner), terminating and terminal ones included."""
+        ...
+
+    def podgroup(self, namespace: str, name: str) -> PodGroupView | None:
+        ...
+
+    def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
+        """Kueue Workloads whose controller owner is the RayCluster ``cluster``."""
         ...
 
 

@@ -132,3 +132,25 @@ def test_snapshot_counts_only_live_bound_pods_as_scheduled() -> None:
         make_pod("e").ray("c", "g").obj(),
     )
     assert snap.scheduled_count(pod(make_pod("a").ray("c", "g").obj()).group_key) == 1
+
+
+def test_snapshot_indexes_for_the_admission_status() -> None:
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": "raycluster-c", "namespace": "ray", "ownerReferences": [
+                    {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "c", "uid": "u",
+                     "controller": True}]}}
+    podgroup = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": "ray-c-pg", "namespace": "ray"},
+                "status": {"phase": "Inqueue"}}
+    snap = snapshot_of(
+        make_raycluster("c").group("g", replicas=1).obj(), workload, podgroup,
+        make_pod("h").head("c").obj(), make_pod("w").ray("c", "g").obj(),
+        make_pod("x").ray("other", "g").obj(),
+    )
+    assert [r.name for r in snap.rayclusters()] == ["c"]
+    assert sorted(p.name for p in snap.cluster_pods("ray", "c")) == ["h", "w"]
+    assert [w.name for w in snap.workloads_of("ray", "c")] == ["raycluster-c"]
+    pg = snap.podgroup("ray", "ray-c-pg")
+    assert pg is not None
+    assert pg.phase == "Inqueue"
+    assert snap.podgroup("ray", "nope") is None
