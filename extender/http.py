@@ -28,8 +28,16 @@ from extender.errors import (
     reply_for,
 )
 from extender.scheduler_api import SchedulerExtender
+from extender.volcano_api import VolcanoExtender
 
-__all__ = ["DEFAULT_MAX_BODY", "Route", "create_app", "health_routes", "scheduler_routes"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "Route",
+    "create_app",
+    "health_routes",
+    "scheduler_routes",
+    "volcano_routes",
+]
 
 log = logging.getLogger("raygate.http")
 
@@ -49,6 +57,9 @@ class Route:
     """Returns the body of a 200 reply, or a whole ``Reply`` when the status varies."""
     protocol: Protocol = Protocol.RAYGATE
     content_type: bytes = JSON
+    discard_body: bool = False
+    """Read the body past any size limit and drop it unparsed (Volcano's session hooks
+    send the whole cluster; raygate answers them without looking)."""
 
 
 class _Health(msgspec.Struct):
@@ -80,6 +91,21 @@ def scheduler_routes(scheduler: SchedulerExtender) -> dict[str, Route]:
     }
 
 
+def volcano_routes(volcano: VolcanoExtender) -> dict[str, Route]:
+    """Volcano's extender plugin verbs under ``/volcano/``, named as the verbs in the
+    README's volcano-scheduler.conf."""
+    return {
+        "/volcano/onSessionOpen": Route(b"POST", volcano.session, discard_body=True),
+        "/volcano/onSessionClose": Route(b"POST", volcano.session, discard_body=True),
+        "/volcano/predicate": Route(b"POST", volcano.predicate, Protocol.VOLCANO_PREDICATE),
+        "/volcano/prioritize": Route(b"POST", volcano.prioritize, Protocol.VOLCANO_PRIORITIZE),
+        "/volcano/preemptable": Route(b"POST", volcano.victims, Protocol.VOLCANO_VICTIMS),
+        "/volcano/reclaimable": Route(b"POST", volcano.victims, Protocol.VOLCANO_VICTIMS),
+        "/volcano/jobEnqueueable": Route(b"POST", volcano.job_enqueueable,
+                                         Protocol.VOLCANO_VOTE),
+    }
+
+
 def create_app(
     routes: Mapping[str, Route],
     max_body: int = DEFAULT_MAX_BODY,
@@ -102,7 +128,7 @@ def create_app(
                 scope["method"] == "HEAD" and route.method == b"GET"
             ):
                 raise MethodNotAllowed(f"{scope['path']} accepts {route.method.decode()}")
-            request = await _read_body(scope, receive, max_body)
+            request = await _read_body(scope, receive, None if route.discard_body else max_body)
             result = route.handler(request)
             if isinstance(result, bytes):
                 status, body, content_type = 200, result, route.content_type
@@ -132,9 +158,11 @@ def _internal(route: Route | None) -> Reply:
     return reply_for(error, route.protocol if route else Protocol.RAYGATE)
 
 
-async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+async def _read_body(scope: Scope, receive: Receive, limit: int | None) -> bytes:
+    """The whole body, or with ``limit`` None, nothing (the body is drained and dropped)."""
     for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
+        if (limit is not None and name == b"content-length" and value.isdigit()
+                and int(value) > limit):
             raise PayloadTooLarge(f"body of {int(value)} bytes exceeds the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
@@ -143,7 +171,7 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         if message["type"] == "http.disconnect":
             break
         chunk = message.get("body", b"")
-        if chunk:
+        if chunk and limit is not None:
             size += len(chunk)
             if size > limit:
                 raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")

@@ -15,8 +15,16 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extender.cache import ClusterCache
-from extender.http import DEFAULT_MAX_BODY, Route, create_app, health_routes, scheduler_routes
+from extender.http import (
+    DEFAULT_MAX_BODY,
+    Route,
+    create_app,
+    health_routes,
+    scheduler_routes,
+    volcano_routes,
+)
 from extender.scheduler_api import SchedulerExtender
+from extender.volcano_api import VolcanoExtender
 
 __all__ = ["RaygateServer", "bind_socket"]
 
@@ -62,6 +70,7 @@ class RaygateServer:
         routes: dict[str, Route] = {
             **health_routes(cache),
             **scheduler_routes(self.scheduler),
+            **volcano_routes(VolcanoExtender(cache, self.scheduler.clock)),
         }
         config = uvicorn.Config(
             create_app(routes, max_body),

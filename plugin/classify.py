@@ -172,6 +172,8 @@ def pod_role(pod: PodView, view: ClusterView, config: PolicyConfig) -> RoleVerdi
     if not _live(pod):
         return RoleVerdict(Role.SURPLUS, "terminating or finished: no longer part of the floor")
     pods = view.group_pods(key)
+    if all(p.uid != pod.uid for p in pods):
+        pods = (*pods, pod)  # bound, but not in the cache yet (e.g. placed in-session)
     roles = group_roles(pods, floor, _gpu_lookup(view, pods))
     role = roles.get(pod.uid, Role.FLOOR)
     if role is Role.SURPLUS:

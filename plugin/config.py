@@ -62,6 +62,12 @@ class PolicyConfig:
     gpu_nodes_for_surplus: GpuNodesForSurplus = GpuNodesForSurplus.SURPLUS
     """``never | surplus | always``; see ``GpuNodesForSurplus``. Default ``surplus``."""
 
+    volcano_score_scale: float = 50.0
+    """Multiplier from raygate's 0..10 score to the float Volcano's prioritize adds *raw*
+    to the other plugins' scores. Default 50: a CPU node then gets 500 over a GPU node,
+    more than nodeorder's default weights can add for a big, idle node
+    (leastrequested + balancedresource + imagelocality, weight 1 x 0..100 each)."""
+
 
 def _string_list(value: Any, path: str, problems: list[str]) -> tuple[str, ...] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -75,7 +81,8 @@ def policy_config_from_mapping(data: Mapping[str, Any], path: str = "policy") ->
     problems: list[str] = []
     if not isinstance(data, Mapping):
         raise ConfigError([f"{path}: expected a mapping, got {type(data).__name__}"])
-    known = {"gpuResources", "gpuNodeLabels", "thrashGuardSeconds", "gpuNodesForSurplus"}
+    known = {"gpuResources", "gpuNodeLabels", "thrashGuardSeconds", "gpuNodesForSurplus",
+             "volcanoScoreScale"}
     problems.extend(f"{path}.{key}: unknown setting" for key in data if key not in known)
     values: dict[str, Any] = {}
     if "gpuResources" in data:
@@ -110,6 +117,13 @@ def policy_config_from_mapping(data: Mapping[str, Any], path: str = "policy") ->
             )
         else:
             values["gpu_nodes_for_surplus"] = GpuNodesForSurplus(mode)
+    if "volcanoScoreScale" in data:
+        scale = data["volcanoScoreScale"]
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 <= scale < 1e9:
+            problems.append(
+                f"{path}.volcanoScoreScale: expected a number in [0, 1e9), got {scale!r}")
+        else:
+            values["volcano_score_scale"] = float(scale)
     if problems:
         raise ConfigError(problems)
     return PolicyConfig(**values)
@@ -122,6 +136,7 @@ def policy_config_to_mapping(config: PolicyConfig) -> dict[str, Any]:
         "gpu_node_labels": "gpuNodeLabels",
         "thrash_guard_seconds": "thrashGuardSeconds",
         "gpu_nodes_for_surplus": "gpuNodesForSurplus",
+        "volcano_score_scale": "volcanoScoreScale",
     }
     out: dict[str, Any] = {}
     for f in fields(config):

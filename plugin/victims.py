@@ -13,7 +13,14 @@ from plugin.classify import group_floor, group_roles, pod_requests
 from plugin.config import PolicyConfig
 from plugin.model import ANNOTATION_PREEMPTABLE, ClusterView, GroupKey, PodView, Role
 
-__all__ = ["Candidate", "NodeOutcome", "protection", "select_victims"]
+__all__ = [
+    "Candidate",
+    "NodeOutcome",
+    "VolcanoVote",
+    "protection",
+    "select_victims",
+    "volcano_victims",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,3 +196,49 @@ def _one_node(
 
 def _all_surplus(pods: Sequence[PodView], roles: _Roles) -> bool:
     return bool(pods) and all(roles.of(p) is Role.SURPLUS for p in pods)
+
+
+@dataclass(slots=True)
+class VolcanoVote:
+    """raygate's answer to Volcano's ``preemptable``/``reclaimable``."""
+
+    vote: int
+    """1 permit (with ``keep`` as the victims), 0 abstain."""
+    keep: list[int] = field(default_factory=list)
+    """Indices of the evictees that may go, in the order to return them."""
+    removed: list[tuple[str, str]] = field(default_factory=list)
+
+
+PERMIT, ABSTAIN = 1, 0  # util.Permit / util.Abstain in Volcano
+
+
+def volcano_victims(
+    evictor: PodView | None, evictees: Sequence[PodView], view: ClusterView
+) -> VolcanoVote:
+    """Which of Volcano's candidate evictees may go.
+
+    Abstains when neither the evictor nor any evictee concerns raygate (no Ray pod, no
+    ``volcano.sh/preemptable: "false"``). Otherwise permits the evictees that are not
+    protected (floor, head, preemptable=false), surplus workers on GPU nodes first, then
+    the rest in Volcano's order. When all are protected the permit carries an empty list,
+    which vetoes eviction in raygate's tier — the floor holds.
+    """
+    roles = _Roles(view)
+    concerned = (evictor is not None and evictor.is_ray) or any(
+        p.is_ray or p.annotations.get(ANNOTATION_PREEMPTABLE) == "false" for p in evictees)
+    if not concerned:
+        return VolcanoVote(ABSTAIN, list(range(len(evictees))))
+    vote = VolcanoVote(PERMIT)
+    gpu_surplus: list[int] = []
+    rest: list[int] = []
+    for i, pod in enumerate(evictees):
+        role = roles.of(pod)
+        why = protection(pod, role)
+        if why:
+            vote.removed.append((pod.ref, why))
+        elif role is Role.SURPLUS and view.is_gpu_node(pod.node_name):
+            gpu_surplus.append(i)
+        else:
+            rest.append(i)
+    vote.keep = gpu_surplus + rest
+    return vote

@@ -30,9 +30,10 @@ def test_every_setting_is_read() -> None:
         "gpuNodeLabels": {"accel": "yes"},
         "thrashGuardSeconds": 60,
         "gpuNodesForSurplus": "never",
+        "volcanoScoreScale": 5,
     })
     assert config == PolicyConfig(("example.com/accel",), {"accel": "yes"}, 60.0,
-                                  GpuNodesForSurplus.NEVER)
+                                  GpuNodesForSurplus.NEVER, 5.0)
     assert policy_config_from_mapping(policy_config_to_mapping(config)) == config
 
 
@@ -44,6 +45,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"thrashGuardSeconds": True}, "policy.thrashGuardSeconds"),
     ({"gpuNodesForSurplus": "sometimes"}, "expected one of never, surplus, always"),
     ({"thrashGuard": 5}, "policy.thrashGuard: unknown setting"),
+    ({"volcanoScoreScale": float("inf")}, "policy.volcanoScoreScale: expected a number"),
 ]
 
 
