@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from extender.cache import ClusterCache, Snapshot
-from extender.server import RaygateServer, bind_socket
+from extender.server import RaygateServer, WebhookListener, bind_socket
 from extender.settings import load_config_file, parse_addr
 from extender.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from plugin.config import ConfigError, PolicyConfig
@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", metavar="FILE", help="YAML config file with a `policy:` section")
     serve.add_argument("--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT")
     serve.add_argument("--grpc-addr", default="0.0.0.0:9090", metavar="HOST:PORT")
+    serve.add_argument("--webhook-addr", metavar="HOST:PORT",
+                       help="serve the Ray-pod marker webhook over HTTPS here "
+                            "(needs --tls-cert and --tls-key)")
+    serve.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain)")
+    serve.add_argument("--tls-key", metavar="FILE", help="PEM private key")
     serve.add_argument("--log-level", default=os.environ.get("RAYGATE_LOG_LEVEL", "info"),
                        choices=["debug", "info", "warning", "error"])
     return parser
@@ -72,7 +77,20 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"raygate: cannot listen on {args.http_addr}: {exc.strerror}", file=sys.stderr)
         return 2
-    server = RaygateServer(cache, sock, args.grpc_addr)
+    webhook = None
+    if args.webhook_addr:
+        if not (args.tls_cert and args.tls_key):
+            print("raygate: --webhook-addr needs --tls-cert and --tls-key "
+                  "(the API server calls webhooks over HTTPS only)", file=sys.stderr)
+            return 2
+        try:
+            webhook = WebhookListener(bind_socket(*parse_addr(args.webhook_addr,
+                                                              "--webhook-addr")),
+                                      args.tls_cert, args.tls_key)
+        except (OSError, ConfigError) as exc:
+            print(f"raygate: cannot listen on {args.webhook_addr}: {exc}", file=sys.stderr)
+            return 2
+    server = RaygateServer(cache, sock, args.grpc_addr, webhook=webhook)
     try:
         import uvloop
 

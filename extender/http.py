@@ -29,6 +29,7 @@ from extender.errors import (
 )
 from extender.scheduler_api import SchedulerExtender
 from extender.volcano_api import VolcanoExtender
+from extender.webhook import mutate_ray_pods
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -37,6 +38,7 @@ __all__ = [
     "health_routes",
     "scheduler_routes",
     "volcano_routes",
+    "webhook_routes",
 ]
 
 log = logging.getLogger("raygate.http")
@@ -104,6 +106,11 @@ def volcano_routes(volcano: VolcanoExtender) -> dict[str, Route]:
         "/volcano/jobEnqueueable": Route(b"POST", volcano.job_enqueueable,
                                          Protocol.VOLCANO_VOTE),
     }
+
+
+def webhook_routes() -> dict[str, Route]:
+    """The admission webhook, served on the HTTPS listener (``--webhook-addr``)."""
+    return {"/mutate/ray-pods": Route(b"POST", mutate_ray_pods)}
 
 
 def create_app(

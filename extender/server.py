@@ -9,6 +9,7 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import grpc
 import uvicorn
@@ -22,11 +23,12 @@ from extender.http import (
     health_routes,
     scheduler_routes,
     volcano_routes,
+    webhook_routes,
 )
 from extender.scheduler_api import SchedulerExtender
 from extender.volcano_api import VolcanoExtender
 
-__all__ = ["RaygateServer", "bind_socket"]
+__all__ = ["RaygateServer", "WebhookListener", "bind_socket"]
 
 log = logging.getLogger("raygate.server")
 
@@ -38,6 +40,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock
+
+
+@dataclass(frozen=True)
+class WebhookListener:
+    """The HTTPS listener of the admission webhook."""
+
+    sock: socket.socket
+    cert_file: str
+    key_file: str
 
 
 class _HttpServer(uvicorn.Server):
@@ -56,8 +67,10 @@ class RaygateServer:
         cache: ClusterCache,
         http_sock: socket.socket,
         grpc_addr: str,
+        *,
         scheduler: SchedulerExtender | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        webhook: WebhookListener | None = None,
     ) -> None:
         self.cache = cache
         self.http_sock = http_sock
@@ -83,6 +96,16 @@ class RaygateServer:
         )
         self._http = _HttpServer(config)
         self._grpc: grpc.aio.Server | None = None
+        self._webhook: _HttpServer | None = None
+        self.webhook = webhook
+        if webhook is not None:
+            # The API server calls admission webhooks over HTTPS only: a listener of its
+            # own, so the scheduler path on the main port stays plain HTTP on localhost.
+            self._webhook = _HttpServer(uvicorn.Config(
+                create_app({**health_routes(cache), **webhook_routes()}, max_body),
+                http="httptools", lifespan="off", access_log=False, log_config=None,
+                ssl_certfile=webhook.cert_file, ssl_keyfile=webhook.key_file,
+            ))
 
     async def run(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -99,7 +122,10 @@ class RaygateServer:
         await health_servicer.set("", status)
         log.info("serving HTTP on %s:%d, gRPC on port %d (%s)",
                  *self.http_sock.getsockname()[:2], self.grpc_port, self.cache.source)
-        serving = asyncio.ensure_future(self._http.serve(sockets=[self.http_sock]))
+        servers = [self._http.serve(sockets=[self.http_sock])]
+        if self._webhook is not None and self.webhook is not None:
+            servers.append(self._webhook.serve(sockets=[self.webhook.sock]))
+        serving = asyncio.ensure_future(asyncio.gather(*servers))
         while not self._http.started and not serving.done():
             await asyncio.sleep(0.005)
         self.started.set()
@@ -113,3 +139,5 @@ class RaygateServer:
         """Ask both servers to finish in-flight requests and exit; safe from any thread
         through ``loop.call_soon_threadsafe``."""
         self._http.should_exit = True
+        if self._webhook is not None:
+            self._webhook.should_exit = True

@@ -42,8 +42,8 @@ class ServerThread:
 
     def __init__(self, cache: ClusterCache, clock: FakeClock, **options: Any) -> None:
         sock = bind_socket("127.0.0.1", 0)
-        self.server = RaygateServer(cache, sock, "127.0.0.1:0", SchedulerExtender(cache, clock),
-                                    **options)
+        self.server = RaygateServer(cache, sock, "127.0.0.1:0",
+                                    scheduler=SchedulerExtender(cache, clock), **options)
         self.cache = cache
         self.clock = clock
         self.loop = uvloop.new_event_loop()
