@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint types bench-http clean
+.PHONY: run test check lint types bench-http image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ types: $(STAMP)
 
 bench-http: $(STAMP)  ## end-to-end filter/prioritize latency against a real server (wrk if present)
 	$(BIN)/python -m bench.http_extender
+
+image:  ## the container image of deploy/ (needs a Docker engine)
+	docker build -t raygate:$(shell $(PYTHON) -c "import tomllib;print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])") .
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .benchmarks

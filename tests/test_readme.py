@@ -37,18 +37,3 @@ def test_readme_extender_stanza_points_at_served_routes() -> None:
         assert f"{verb}Verb: {verb}" in readme
         assert f'"{prefix["path"]}/{verb}"' in (ROOT / "extender" / "http.py").read_text()
 
-
-def test_shipped_scheduler_config_points_at_served_routes() -> None:
-    import yaml
-
-    config = yaml.safe_load((ROOT / "deploy/kube-scheduler/scheduler-config.yaml").read_text())
-    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
-    (extender,) = config["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:8888/scheduler"
-    assert extender["nodeCacheCapable"] is True
-    assert extender["ignorable"] is True
-    assert extender["weight"] > 0  # required when prioritizeVerb is set
-    assert isinstance(extender["httpTimeout"], str)  # a Go duration string
-    http_py = (ROOT / "extender" / "http.py").read_text()
-    for key in ("filterVerb", "prioritizeVerb", "preemptVerb"):
-        assert f'"/scheduler/{extender[key]}"' in http_py

@@ -1,0 +1,252 @@
+"""Every manifest in deploy/ validated offline: core objects against the Kubernetes OpenAPI
+schemas (kubernetes-validate, strict), RayClusters by raygate's own loader, scheduler
+configs by structural checks of the exact key spellings, and every port, probe, route and
+verb checked against what raygate really serves."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from extender.cache import ClusterCache
+from extender.cli import _parser
+from extender.http import health_routes, scheduler_routes, volcano_routes, webhook_routes
+from extender.scheduler_api import SchedulerExtender
+from extender.settings import load_config_file, parse_addr
+from extender.snapshot_files import load_files
+from extender.volcano_api import VolcanoExtender
+from plugin.config import PolicyConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+SETUPS = ["base", "kube-scheduler-second", "kube-scheduler-default", "volcano", "kueue"]
+K8S_VERSION = "1.34"
+CACHE = ClusterCache(PolicyConfig(), "test")
+SERVED = {**health_routes(CACHE), **scheduler_routes(SchedulerExtender(CACHE)),
+          **volcano_routes(VolcanoExtender(CACHE))}
+DEFAULTS = _parser().parse_args(["serve"])
+Obj = dict[str, Any]
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """A strategic merge patch, as far as these manifests use it: maps merge, lists of
+    named objects merge by their merge key, other lists are replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        merged = dict(base)
+        for key, value in patch.items():
+            merged[key] = _merge(base[key], value) if key in base else value
+        return merged
+    if isinstance(base, list) and isinstance(patch, list) and all(
+            isinstance(x, dict) for x in base + patch):
+        for merge_key in ("name", "mountPath", "containerPort"):
+            if all(merge_key in x for x in base + patch):
+                out = list(base)
+                for item in patch:
+                    hit = [i for i, x in enumerate(out) if x[merge_key] == item[merge_key]]
+                    if hit:
+                        out[hit[0]] = _merge(out[hit[0]], item)
+                    else:
+                        out.append(item)
+                return out
+    return copy.deepcopy(patch)
+
+
+def render(folder: Path) -> list[Obj]:
+    """`kustomize build`, for the features these kustomizations use (resources, patches)."""
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    objects: list[Obj] = []
+    for entry in kustomization.get("resources", []):
+        path = (folder / entry).resolve()
+        assert path.exists(), f"{folder.name}/kustomization.yaml: {entry} does not exist"
+        if path.is_dir():
+            objects.extend(render(path))
+        else:
+            objects.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    for patch_entry in kustomization.get("patches", []):
+        path = folder / patch_entry["path"]
+        assert path.exists(), f"{folder.name}: patch {patch_entry['path']} does not exist"
+        patch = yaml.safe_load(path.read_text())
+        targets = [i for i, o in enumerate(objects) if o["kind"] == patch["kind"]
+                   and o["metadata"]["name"] == patch["metadata"]["name"]]
+        assert targets, f"{folder.name}: patch {path.name} matches no resource"
+        objects[targets[0]] = _merge(objects[targets[0]], patch)
+    return objects
+
+
+def find(objects: list[Obj], kind: str, name: str) -> Obj:
+    (obj,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_core_objects_are_valid_kubernetes(setup: str) -> None:
+    objects = render(DEPLOY / setup)
+    assert objects
+    for obj in objects:
+        if obj["apiVersion"].startswith("cert-manager.io/"):
+            assert obj["kind"] in ("Issuer", "Certificate")  # not in the core schemas
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_example_rayclusters_load(setup: str) -> None:
+    examples = sorted((DEPLOY / setup).glob("example-*.yaml"))
+    objects = load_files(examples)
+    assert len(objects.rayclusters) == len(examples)
+
+
+def _addr_port(args: list[str], flag: str) -> int:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{flag}=")]
+    return parse_addr(value, flag)[1]
+
+
+def _raygate_containers(objects: list[Obj]) -> list[tuple[Obj, Obj]]:
+    return [(o, c) for o in objects if o["kind"] == "Deployment"
+            for c in o["spec"]["template"]["spec"]["containers"] if c["name"] == "raygate"]
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_raygate_containers_match_the_server(setup: str) -> None:
+    objects = render(DEPLOY / setup)
+    pairs = _raygate_containers(objects)
+    assert pairs
+    for deployment, container in pairs:
+        args = container["args"]
+        assert args[0] == "serve"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["http"] == _addr_port(args, "--http-addr") == parse_addr(
+            DEFAULTS.http_addr, "")[1]
+        assert ports["grpc"] == _addr_port(args, "--grpc-addr") == parse_addr(
+            DEFAULTS.grpc_addr, "")[1]
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            assert container[probe]["httpGet"]["path"] in SERVED
+            assert container[probe]["httpGet"]["port"] == "http"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["resources"]["requests"] and container["resources"]["limits"]
+        assert deployment["spec"]["replicas"] == 2
+        assert pod["affinity"]["podAntiAffinity"]
+        if "--webhook-addr" in " ".join(args):
+            assert ports["webhook"] == _addr_port(args, "--webhook-addr")
+
+
+def test_the_config_map_is_a_valid_raygate_config(tmp_path: Path) -> None:
+    configmap = find(render(DEPLOY / "base"), "ConfigMap", "raygate-config")
+    path = tmp_path / "raygate.yaml"
+    path.write_text(configmap["data"]["raygate.yaml"])
+    assert load_config_file(str(path)) == PolicyConfig()  # the shipped defaults, spelled out
+
+
+def test_raygate_may_only_read() -> None:
+    role = find(render(DEPLOY / "base"), "ClusterRole", "raygate")
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    assert granted == {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
+                       ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
+    assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
+
+
+def test_services_route_to_named_container_ports() -> None:
+    for setup in SETUPS:
+        objects = render(DEPLOY / setup)
+        container_ports = {p["name"] for _, c in _raygate_containers(objects)
+                           for p in c["ports"]}
+        for service in (o for o in objects if o["kind"] == "Service"):
+            for port in service["spec"]["ports"]:
+                assert port["targetPort"] in container_ports, (setup, service["metadata"])
+
+
+EXTENDER_KEYS = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight",
+                 "bindVerb", "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
+                 "managedResources", "ignorable"}
+
+
+def _scheduler_configs() -> list[tuple[str, Obj]]:
+    second = find(render(DEPLOY / "kube-scheduler-second"), "ConfigMap", "ray-scheduler-config")
+    return [
+        ("kube-scheduler-second", yaml.safe_load(second["data"]["config.yaml"])),
+        ("kube-scheduler-default",
+         yaml.safe_load((DEPLOY / "kube-scheduler-default/scheduler-config.yaml").read_text())),
+    ]
+
+
+@pytest.mark.parametrize(("setup", "config"), _scheduler_configs(),
+                         ids=[s for s, _ in _scheduler_configs()])
+def test_kube_scheduler_configuration(setup: str, config: Obj) -> None:
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (extender,) = config["extenders"]
+    assert set(extender) <= EXTENDER_KEYS, set(extender) - EXTENDER_KEYS  # exact spellings
+    assert isinstance(extender["httpTimeout"], str)
+    assert re.fullmatch(r"\d+(ms|s)", extender["httpTimeout"])
+    assert isinstance(extender["nodeCacheCapable"], bool) and extender["nodeCacheCapable"]
+    assert extender["weight"] > 0 and isinstance(extender["weight"], int)
+    assert extender["ignorable"] is True
+    match = re.fullmatch(r"http://(?P<host>[^:/]+):(?P<port>\d+)(?P<path>/\w+)",
+                         extender["urlPrefix"])
+    assert match, extender["urlPrefix"]
+    assert int(match["port"]) == parse_addr(DEFAULTS.http_addr, "")[1]
+    for verb in ("filterVerb", "prioritizeVerb", "preemptVerb"):
+        assert f"{match['path']}/{extender[verb]}" in SERVED
+    for resource in extender.get("managedResources", []):
+        assert set(resource) <= {"name", "ignoredByScheduler"}
+        assert "/" in resource["name"]  # an extended resource name
+    if setup == "kube-scheduler-second":
+        assert match["host"] == "127.0.0.1"
+        assert config["profiles"] == [{"schedulerName": "ray-scheduler"}]
+    else:
+        assert extender["managedResources"] == [
+            {"name": "raygate.io/managed", "ignoredByScheduler": True}]
+        service = find(render(DEPLOY / setup), "Service", "raygate")
+        assert service["spec"]["clusterIP"] == match["host"]
+
+
+def test_ray_scheduler_examples_use_it() -> None:
+    for setup in ("kube-scheduler-second", "kueue"):
+        cluster = yaml.safe_load((DEPLOY / setup / "example-raycluster.yaml").read_text())
+        templates = [cluster["spec"]["headGroupSpec"]["template"]] + [
+            g["template"] for g in cluster["spec"]["workerGroupSpecs"]]
+        assert all(t["spec"]["schedulerName"] == "ray-scheduler" for t in templates)
+    kueue = yaml.safe_load((DEPLOY / "kueue/example-raycluster.yaml").read_text())
+    assert kueue["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    assert kueue["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] == "true"
+    volcano = yaml.safe_load((DEPLOY / "volcano/example-raycluster.yaml").read_text())
+    assert volcano["metadata"]["labels"]["volcano.sh/queue-name"]
+
+
+def test_webhook_configuration() -> None:
+    objects = render(DEPLOY / "kube-scheduler-default")
+    config = find(objects, "MutatingWebhookConfiguration", "raygate-ray-pods")
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["sideEffects"] == "None"
+    assert hook["objectSelector"]["matchLabels"] == {"ray.io/is-ray-node": "yes"}
+    assert hook["timeoutSeconds"] <= 10
+    assert hook["admissionReviewVersions"] == ["v1"]
+    client = hook["clientConfig"]["service"]
+    assert client["path"] in webhook_routes()
+    service = find(objects, "Service", client["name"])
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == client["port"]]
+    (_, container), *_ = _raygate_containers(objects)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports[port["targetPort"]] == _addr_port(container["args"], "--webhook-addr")
+    certificate = find(objects, "Certificate", "raygate-webhook")
+    assert f"{client['name']}.{client['namespace']}.svc" in certificate["spec"]["dnsNames"]
+    volumes = {v["name"]: v for v in find(objects, "Deployment", "raygate")["spec"]["template"]
+               ["spec"]["volumes"]}
+    assert volumes["webhook-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}")
