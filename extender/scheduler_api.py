@@ -83,7 +83,7 @@ class SchedulerExtender:
         decision = self._decide(pod, snap, "filter")
         names = args.node_names
         if isinstance(names, list):
-            passed, failed = filter_names(decision, names, snap.gpu_node_names.__contains__)
+            passed, failed = filter_names(decision, names, snap.gpu_node_names)
             return _encode(
                 wire.FilterResult(node_names=passed, failed_and_unresolvable_nodes=failed))
         if isinstance(args.nodes, wire.NodeListRaw):

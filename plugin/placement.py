@@ -7,9 +7,10 @@ in the hot loop, and the extender precomputes what it can per node when the cach
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from itertools import filterfalse
 
 from plugin.classify import gpu_pod_resources, pod_role
 from plugin.config import GpuNodesForSurplus, PolicyConfig
@@ -127,15 +128,17 @@ def score(node_is_gpu: bool) -> int:
 
 
 def filter_names(
-    decision: Decision, names: Sequence[str], is_gpu: Callable[[str], bool]
+    decision: Decision, names: Sequence[str], gpu_nodes: frozenset[str]
 ) -> tuple[list[str], dict[str, str]]:
     """Split ``names`` into those that pass, in input order, and the GPU nodes refused with
-    their message. ``is_gpu`` answers False for nodes the cache has never seen: they pass
-    (fail open — kube-scheduler knows them, raygate does not yet)."""
+    their message. Nodes the cache has never seen are not in ``gpu_nodes``: they pass
+    (fail open — kube-scheduler knows them, raygate does not yet). On the hot path: set
+    intersection and C-level filters, no per-node Python bytecode."""
     if decision.verdict is not Verdict.AVOID_GPU:
         return list(names), {}
-    passed = [n for n in names if not is_gpu(n)]
-    if len(passed) == len(names):
-        return passed, {}
-    message = decision.gpu_node_message
-    return passed, {n: message for n in names if is_gpu(n)}
+    refused = gpu_nodes.intersection(names)
+    if not refused:
+        return list(names), {}
+    is_refused = refused.__contains__
+    return (list(filterfalse(is_refused, names)),
+            dict.fromkeys(filter(is_refused, names), decision.gpu_node_message))
