@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from extender.cache import ClusterCache, Snapshot
+from extender.check import run_check
 from extender.server import RaygateServer, WebhookListener, bind_socket
 from extender.settings import load_config_file, parse_addr
 from extender.snapshot_files import SnapshotError, demo_text, load_files, load_text
@@ -44,7 +45,23 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", metavar="FILE", help="PEM private key")
     serve.add_argument("--log-level", default=os.environ.get("RAYGATE_LOG_LEVEL", "info"),
                        choices=["debug", "info", "warning", "error"])
+    check = commands.add_parser(
+        "check", help="find RayCluster configurations that silently break gang preemption")
+    check.add_argument("files", nargs="+", metavar="FILE",
+                       help="RayCluster manifests (YAML or JSON, Lists and multi-document)")
+    check.add_argument("--output", choices=["text", "json"], default="text")
+    check.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    check.add_argument("--config", metavar="FILE", help="YAML config file with a `policy:` section")
     return parser
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        policy = load_config_file(args.config) if args.config else PolicyConfig()
+        return run_check(args.files, args.output, args.strict, policy)
+    except (ConfigError, SnapshotError) as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -104,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "check":
+        return _check(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -22,7 +22,7 @@ from extender.cache import ClusterObjects
 from extender.wire import kube
 from plugin.model import NodeView, PodGroupView, PodView, RayClusterView, WorkloadView
 
-__all__ = ["SnapshotError", "demo_text", "load_files", "load_text"]
+__all__ = ["SnapshotError", "demo_text", "load_files", "load_text", "read_documents"]
 
 # apiVersion group of each kind raygate reads; core kinds have no group.
 _KINDS: dict[str, tuple[tuple[str, ...], type[msgspec.Struct]]] = {
@@ -67,35 +67,42 @@ def _items(documents: Iterable[Any], where: str) -> Iterator[tuple[str, Any]]:
             index += 1
 
 
-def load_text(text: str, where: str, into: _Builder | None = None) -> ClusterObjects:
-    builder = into or _Builder()
-    documents: list[Any] | None = None
+def _documents(text: str, where: str) -> list[Any]:
     if text.lstrip()[:1] in ("{", "["):
         # `kubectl get -o json`: msgspec parses JSON ~20x faster than a YAML loader.
         try:
-            documents = [msgspec.json.decode(text)]
+            return [msgspec.json.decode(text)]
         except msgspec.DecodeError:
-            documents = None  # not plain JSON after all (e.g. YAML flow style): try YAML
-    if documents is None:
-        try:
-            documents = list(yaml.load_all(text, Loader=_Loader))
-        except yaml.YAMLError as exc:
-            raise SnapshotError(f"{where}: not valid YAML or JSON: {exc}") from None
-    for location, obj in _items(documents, where):
+            pass  # not plain JSON after all (e.g. YAML flow style): try YAML
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        raise SnapshotError(f"{where}: not valid YAML or JSON: {exc}") from None
+
+
+def load_text(text: str, where: str, into: _Builder | None = None) -> ClusterObjects:
+    builder = into or _Builder()
+    for location, obj in _items(_documents(text, where), where):
         builder.add(obj, location)
     return builder.build()
+
+
+def read_documents(path: Path) -> Iterator[tuple[str, Any]]:
+    """(location, object) for every object of one file, ``kind: List`` flattened."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(f"{path}: not UTF-8 text: {exc}") from None
+    yield from _items(_documents(text, str(path)), str(path))
 
 
 def load_files(paths: Iterable[str | Path]) -> ClusterObjects:
     builder = _Builder()
     for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise SnapshotError(f"{path}: not UTF-8 text: {exc}") from None
-        load_text(text, str(path), builder)
+        for location, obj in read_documents(Path(path)):
+            builder.add(obj, location)
     return builder.build()
 
 
