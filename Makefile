@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint types bench-http image clean
+.PHONY: run test test-ray check lint types proto proto-check bench bench-ci bench-admission image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,17 @@ run: $(STAMP)  ## serve the demo cluster in the foreground (HTTP :8888, gRPC :90
 test: $(STAMP)  ## the whole test suite, layering contracts included
 	$(BIN)/python -m pytest -q
 
-check: lint types  ## lint (ruff) and types (mypy strict, tests included)
+RAY_STAMP := $(VENV)/.installed-ray
+
+$(RAY_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,ray]'
+	touch $(RAY_STAMP)
+
+# `make test` skips these when Ray is not installed; here a missing Ray is a failure.
+test-ray: $(RAY_STAMP)  ## the tests against the real Ray autoscaler code (installs raygate[ray])
+	RAYGATE_REQUIRE_RAY=1 $(BIN)/python -m pytest -q -m ray
+
+check: lint types proto-check  ## lint (ruff), types (mypy strict, tests included), generated code current
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -27,8 +37,28 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-bench-http: $(STAMP)  ## end-to-end filter/prioritize latency against a real server (wrk if present)
-	$(BIN)/python -m bench.http_extender
+proto: $(STAMP)  ## regenerate extender/proto/ from protos/ (commit the result)
+	$(BIN)/python protos/generate.py
+
+proto-check: $(STAMP)  ## fail if extender/proto/ is not what protos/ generates
+	$(BIN)/python protos/generate.py --check
+
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)  ## release benchmark vs the Go peer: table, JSON, markdown, plot (bench/)
+	$(BIN)/python -m bench --label full --install-wrk --wait-quiet 15 \
+		--markdown bench/results/latest-full.md \
+		--plot bench/latency-vs-node-names.png
+
+bench-ci: $(BENCH_STAMP)  ## the fast benchmark scenarios; fails on wrong answers or errors only
+	$(BIN)/python -m bench --label fast --install-wrk
+
+bench-admission: $(STAMP)  ## filter/prioritize latency with many admission watchers; Watch latency
+	$(BIN)/python -m bench.admission_watchers
 
 image:  ## the container image of deploy/ (needs a Docker engine)
 	docker build -t raygate:$(shell $(PYTHON) -c "import tomllib;print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])") .

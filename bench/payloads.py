@@ -30,6 +30,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tests.volcano_objects import node_info, task_info
+
 __all__ = [
     "CLUSTER",
     "FLOOR_GROUP",
@@ -38,12 +40,15 @@ __all__ = [
     "OVERFLOW_GROUP",
     "RUNNING_WORKERS",
     "Obj",
+    "app_pod",
     "cluster_snapshot",
     "dumps",
     "extender_args",
     "gpu_node_count",
     "node",
+    "node_list_args",
     "node_names",
+    "node_with_status",
     "ray_head_pod",
     "ray_worker_pod",
     "raycluster",
@@ -51,6 +56,9 @@ __all__ = [
     "snapshot_gpu_node_names",
     "snapshot_node_names",
     "unknown_node_names",
+    "volcano_node_info",
+    "volcano_predicate",
+    "volcano_prioritize",
 ]
 
 Obj = dict[str, Any]
@@ -613,3 +621,157 @@ def extender_args(pod: Obj, names: Iterable[str]) -> bytes:
 def dumps(obj: Obj | Sequence[Obj]) -> bytes:
     """Compact JSON, as kubectl and kube-scheduler would send it."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# --- nodeCacheCapable: false -------------------------------------------------------------
+
+_IMAGE_NAMES = (
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon-k8s-cni",
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon-k8s-cni-init",
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/kube-proxy",
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/coredns",
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/pause",
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-ebs-csi-driver",
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/csi-node-driver-registrar",
+    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/livenessprobe",
+    "public.ecr.aws/aws-observability/aws-for-fluent-bit",
+    "quay.io/prometheus/node-exporter",
+    "registry.k8s.io/metrics-server/metrics-server",
+    "docker.io/rayproject/ray",
+    "docker.io/rayproject/ray-ml",
+    "quay.io/kuberay/operator",
+    "nvcr.io/nvidia/k8s-device-plugin",
+    "nvcr.io/nvidia/cloud-native/dcgm-exporter",
+    "ghcr.io/example/feature-store",
+    "ghcr.io/example/batch-inference",
+)
+
+
+def node_with_status(obj: Obj, images: int = 18) -> Obj:
+    """``obj`` with the status a kubelet reports: the four pressure/ready conditions,
+    addresses, daemon endpoints and ``images`` container images (kubelet lists up to 50).
+    This is what a ``v1.NodeList`` carries when ``nodeCacheCapable`` is false: about
+    7 KB per node."""
+    out: Obj = json.loads(json.dumps(obj))
+    name = out["metadata"]["name"]
+    ip = name.removeprefix("ip-").partition(".")[0].replace("-", ".")
+    status = out["status"]
+    status["addresses"] = [{"address": ip, "type": "InternalIP"},
+                           {"address": name, "type": "InternalDNS"},
+                           {"address": name, "type": "Hostname"}]
+    status["conditions"] = [
+        {"lastHeartbeatTime": T0, "lastTransitionTime": T0, "message": message,
+         "reason": reason, "status": "False", "type": kind}
+        for kind, reason, message in (
+            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory "
+             "available"),
+            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        )
+    ] + status["conditions"]
+    status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
+    status["images"] = [
+        {"names": [f"{image}@sha256:{uuid.uuid5(uuid.NAMESPACE_URL, image).hex * 2}",
+                   f"{image}:v1.{i}.{len(image) % 7}"],
+         "sizeBytes": 10_000_000 * (i + 3) + len(image)}
+        for i, image in enumerate(_IMAGE_NAMES[:images])
+    ]
+    return out
+
+
+def node_list_args(pod: Obj, nodes: Sequence[Obj]) -> bytes:
+    """kube-scheduler's ``ExtenderArgs`` when ``nodeCacheCapable`` is false: ``Nodes`` is a
+    ``v1.NodeList`` of the candidate nodes, ``NodeNames`` null."""
+    body = {"Pod": pod, "Nodes": {"metadata": {}, "items": list(nodes)}, "NodeNames": None}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# --- Volcano -----------------------------------------------------------------------------
+
+
+def app_pod(index: int, node_name: str) -> Obj:
+    """A running, non-Ray application pod (a Deployment replica with a sidecar, probes, a
+    config volume): about 3.5 KB, the usual neighbour of a Ray worker."""
+    app = f"svc-{index % 17}"
+    name = f"{app}-7d9f8c6b5-{_suffix(f'app/{index}')}"
+    namespace = f"team-{index % 5}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "annotations": {"kubectl.kubernetes.io/restartedAt": T0,
+                            "prometheus.io/scrape": "true", "prometheus.io/port": "9090"},
+            "creationTimestamp": T0,
+            "generateName": f"{app}-7d9f8c6b5-",
+            "labels": {"app": app, "pod-template-hash": "7d9f8c6b5", "team": namespace},
+            "name": name,
+            "namespace": namespace,
+            "ownerReferences": [{"apiVersion": "apps/v1", "blockOwnerDeletion": True,
+                                 "controller": True, "kind": "ReplicaSet",
+                                 "name": f"{app}-7d9f8c6b5",
+                                 "uid": uid_for("ReplicaSet", namespace, app)}],
+            "resourceVersion": str(500000 + index),
+            "uid": uid_for("Pod", namespace, name),
+        },
+        "spec": {
+            "containers": [
+                {"env": [{"name": "LOG_LEVEL", "value": "info"},
+                         {"name": "PORT", "value": "8080"},
+                         _field_env("POD_NAME", "metadata.name"),
+                         _field_env("POD_IP", "status.podIP")],
+                 "image": f"ghcr.io/example/{app}:1.{index % 9}.0",
+                 "imagePullPolicy": "IfNotPresent",
+                 "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080,
+                                               "scheme": "HTTP"},
+                                   "periodSeconds": 10, "timeoutSeconds": 1},
+                 "name": app,
+                 "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080,
+                                                "scheme": "HTTP"},
+                                    "periodSeconds": 5, "timeoutSeconds": 1},
+                 "resources": {"limits": {"memory": "1Gi"},
+                               "requests": {"cpu": "500m", "memory": "1Gi"}},
+                 "volumeMounts": [{"mountPath": "/etc/app", "name": "config"}]},
+                {"args": ["--config=/etc/fluent-bit/fluent-bit.conf"],
+                 "image": "public.ecr.aws/aws-observability/aws-for-fluent-bit:2.32.2",
+                 "name": "log-shipper",
+                 "resources": {"limits": {"memory": "128Mi"},
+                               "requests": {"cpu": "50m", "memory": "64Mi"}}},
+            ],
+            "dnsPolicy": "ClusterFirst",
+            "nodeName": node_name,
+            "priority": 0,
+            "restartPolicy": "Always",
+            "schedulerName": "volcano",
+            "serviceAccountName": app,
+            "terminationGracePeriodSeconds": 30,
+            "tolerations": [
+                {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",
+                 "operator": "Exists", "tolerationSeconds": 300},
+                {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable",
+                 "operator": "Exists", "tolerationSeconds": 300},
+            ],
+            "volumes": [{"configMap": {"defaultMode": 420, "name": f"{app}-config"},
+                         "name": "config"}],
+        },
+        "status": _running_status(index),
+    }
+
+
+def volcano_node_info(node_obj: Obj, pods_per_node: int, first_index: int = 0) -> Obj:
+    """Volcano's ``api.NodeInfo`` of ``node_obj`` as Go prints it, with ``pods_per_node``
+    running tasks, each a full ``TaskInfo`` with its Pod: the bulk of every Volcano
+    request."""
+    name = node_obj["metadata"]["name"]
+    tasks = [task_info(app_pod(first_index + i, name)) for i in range(pods_per_node)]
+    return node_info(node_obj, tasks)
+
+
+def volcano_predicate(pod: Obj, node: Obj) -> bytes:
+    """``PredicateRequest``: ``{"task": TaskInfo, "node": NodeInfo}``."""
+    return dumps({"task": task_info(pod), "node": node})
+
+
+def volcano_prioritize(pod: Obj, nodes: Sequence[Obj]) -> bytes:
+    """``PrioritizeRequest``: ``{"task": TaskInfo, "nodes": [NodeInfo, ...]}``."""
+    return dumps({"task": task_info(pod), "nodes": list(nodes)})

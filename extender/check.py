@@ -4,19 +4,23 @@ print the findings as a table or JSON."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
 from extender import convert
+from extender.kube.client import Connection, KubeTransport
+from extender.kube.watch import TransportError
 from extender.snapshot_files import SnapshotError, read_documents
+from extender.wire import kube
 from extender.wire.raycluster import RayClusterManifest
+from plugin.classify import gpu_node_reason
 from plugin.config import PolicyConfig
 from plugin.lint import ClusterFacts, Finding, GroupSpec, LintCluster, Severity, Toleration, lint
 
-__all__ = ["lint_cluster", "load_manifests", "render", "run_check"]
+__all__ = ["lint_cluster", "live_inputs", "load_manifests", "render", "run_check"]
 
 
 def _resources(containers: Iterable[Any], path: str) -> dict[str, int]:
@@ -82,6 +86,46 @@ def load_manifests(paths: Sequence[str]) -> list[LintCluster]:
     return clusters
 
 
+class _Page(msgspec.Struct):
+    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def _list_all(transport: KubeTransport, path: str) -> Iterator[msgspec.Raw]:
+    """Every item of a collection, page by page (``limit`` + ``continue``)."""
+    token = ""
+    while True:
+        query = [("limit", "500")] + ([("continue", token)] if token else [])
+        page = msgspec.json.decode(transport.get(path, query), type=_Page)
+        yield from page.items
+        token = str(page.metadata.get("continue") or "")
+        if not token:
+            return
+
+
+def live_inputs(connection: Connection, namespace: str | None,
+                config: PolicyConfig) -> tuple[list[LintCluster], ClusterFacts]:
+    """The RayClusters (of one namespace, or all) and what raygate sees of the cluster:
+    GPU nodes, and whether Volcano's PodGroups and Kueue's Workloads are served."""
+    transport = KubeTransport(connection)
+    try:
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        clusters = [lint_cluster(msgspec.json.decode(raw, type=RayClusterManifest))
+                    for raw in _list_all(transport, f"/apis/ray.io/v1{scope}/rayclusters")]
+        gpu_nodes = sum(
+            1 for raw in _list_all(transport, "/api/v1/nodes")
+            if gpu_node_reason(convert.node_view(msgspec.json.decode(raw, type=kube.Node)),
+                               config) is not None)
+        volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
+        kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())
+                    for v in ("v1beta2", "v1beta1"))
+    except (TransportError, msgspec.DecodeError, convert.ConversionError) as exc:
+        raise SnapshotError(f"reading the cluster at {connection.description}: {exc}") from None
+    finally:
+        transport.close()
+    return clusters, ClusterFacts(gpu_nodes, volcano, kueue)
+
+
 class _JsonFinding(msgspec.Struct):
     id: str
     severity: str
@@ -106,9 +150,12 @@ def render(findings: Sequence[Finding], output: str, out: TextIO) -> None:
 
 
 def run_check(paths: Sequence[str], output: str, strict: bool, config: PolicyConfig, *,
-              facts: ClusterFacts | None = None, out: TextIO | None = None) -> int:
-    """Exit status: 1 when an error (with ``strict``, also a warning) was found."""
-    findings = lint(load_manifests(paths), facts, config)
+              live: tuple[list[LintCluster], ClusterFacts] | None = None,
+              out: TextIO | None = None) -> int:
+    """Lint files, or with ``live`` the RayClusters read from a cluster with its facts.
+    Exit status: 1 when an error (with ``strict``, also a warning) was found."""
+    clusters, facts = live if live is not None else (load_manifests(paths), None)
+    findings = lint(clusters, facts, config)
     render(findings, output, out or sys.stdout)
     failing = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
     return 1 if any(f.severity in failing for f in findings) else 0

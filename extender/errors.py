@@ -5,14 +5,17 @@
     │   └── MissingField      a required key is absent or null
     ├── PayloadTooLarge       the body exceeds the route's limit (HTTP 413)
     ├── NotFound              no such route or object (HTTP 404)
-    └── MethodNotAllowed      (HTTP 405)
+    │   └── RayClusterNotFound   the admission status of an unknown RayCluster
+    ├── MethodNotAllowed      (HTTP 405)
+    └── Unavailable           shutting down, or (extender.client) raygate unreachable (503)
 
 ``reply_for`` decides, per protocol, how an error reaches the peer: kube-scheduler's
 filter has an ``Error`` field in a 200 reply (with ``ignorable: true`` kube-scheduler
 then skips raygate for that pod: fail open); prioritize and preempt have none, so they
 get a non-200 with a JSON body, which kube-scheduler treats as "no opinion" (prioritize)
 or, for an ignorable extender, skips (preempt). Each Volcano verb has its own error
-field or vote; see ``_PEER_ERRORS``.
+field or vote; see ``_PEER_ERRORS``. ``grpc_status_for`` gives the gRPC status code of
+an error for raygate's own gRPC API.
 """
 
 from __future__ import annotations
@@ -20,20 +23,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
+import grpc
 import msgspec
 
 from extender.wire import volcano
 from extender.wire.scheduler import FilterResult
 
 __all__ = [
+    "GRPC_SYNCED_KEY",
     "BadRequest",
     "MethodNotAllowed",
     "MissingField",
     "NotFound",
     "PayloadTooLarge",
     "Protocol",
+    "RayClusterNotFound",
     "RaygateError",
     "Reply",
+    "Unavailable",
+    "grpc_status_for",
     "reply_for",
 ]
 
@@ -63,9 +71,25 @@ class NotFound(RaygateError):
     reason = "NotFound"
 
 
+class RayClusterNotFound(NotFound):
+    """A RayCluster raygate does not know; ``synced`` tells whether raygate has loaded its
+    source yet (before that, every cluster is unknown, and a client should retry)."""
+
+    def __init__(self, namespace: str, name: str, synced: bool) -> None:
+        state = ("raygate has synced with its source" if synced else
+                 "raygate has not synced with its source yet; retry shortly")
+        super().__init__(f"RayCluster {namespace}/{name} is not known: {state}")
+        self.synced = synced
+
+
 class MethodNotAllowed(RaygateError):
     status = 405
     reason = "MethodNotAllowed"
+
+
+class Unavailable(RaygateError):
+    status = 503
+    reason = "Unavailable"
 
 
 class Protocol(Enum):
@@ -95,10 +119,11 @@ _PEER_ERRORS: dict[Protocol, Callable[[str], bytes]] = {
 }
 
 
-class _ErrorBody(msgspec.Struct):
+class _ErrorBody(msgspec.Struct, omit_defaults=True):
     code: int
     reason: str
     message: str
+    synced: bool | None = None  # RayClusterNotFound only
 
 
 class _ErrorReply(msgspec.Struct):
@@ -117,5 +142,34 @@ def reply_for(error: RaygateError, protocol: Protocol) -> Reply:
     # 200, since neither scheduler reads a body that comes with another status.
     if protocol is not Protocol.RAYGATE and not isinstance(error, NotFound | MethodNotAllowed):
         return 200, _PEER_ERRORS[protocol](f"raygate: {message}"), JSON
-    body = msgspec.json.encode(_ErrorReply(_ErrorBody(error.status, error.reason, message)))
+    synced = error.synced if isinstance(error, RayClusterNotFound) else None
+    body = msgspec.json.encode(
+        _ErrorReply(_ErrorBody(error.status, error.reason, message, synced)))
     return error.status, body, JSON
+
+
+# gRPC status codes of our own API (raygate.v1), by error type; the most specific wins.
+_GRPC_CODES: tuple[tuple[type[RaygateError], grpc.StatusCode], ...] = (
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (PayloadTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+GRPC_SYNCED_KEY = "raygate-synced"
+"""Trailing metadata of a NOT_FOUND for an unknown RayCluster: "true" or "false"."""
+
+
+def grpc_status_for(
+    error: RaygateError,
+) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """The gRPC status code, details and trailing metadata of ``error``, for the
+    ``raygate.v1`` services."""
+    trailer: tuple[tuple[str, str], ...] = ()
+    if isinstance(error, RayClusterNotFound):
+        trailer = ((GRPC_SYNCED_KEY, "true" if error.synced else "false"),)
+    for kind, code in _GRPC_CODES:
+        if isinstance(error, kind):
+            return code, str(error) or error.reason, trailer
+    return grpc.StatusCode.INTERNAL, str(error) or error.reason, trailer

@@ -4,19 +4,25 @@ Measured on this machine class (reference/performance.md), a raw ASGI callable o
 uvicorn with uvloop and httptools, with msgspec doing the JSON, is the fastest Python
 stack for the extender's small-request, latency-bound pattern; frameworks cost 2-5x.
 Routes map a path to a function ``bytes -> bytes``; errors are mapped to replies by
-``extender.errors.reply_for`` and nowhere else.
+``extender.errors.reply_for`` and nowhere else. Routes that need the query, the headers,
+path parameters (``/v1/namespaces/{namespace}/...``) or to wait (long-poll) are
+``AsyncRoute``s: looked up only after the exact-path table misses, so the scheduler's hot
+routes pay nothing for them.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
+from urllib.parse import parse_qsl
 
 import msgspec
 
-from extender.cache import ClusterCache
+from extender.cache import ClusterCache, KindReport
 from extender.errors import (
     JSON,
     MethodNotAllowed,
@@ -27,15 +33,21 @@ from extender.errors import (
     Reply,
     reply_for,
 )
+from extender.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from extender.metrics import OTHER_ROUTE, Metrics, RouteMetrics
 from extender.scheduler_api import SchedulerExtender
 from extender.volcano_api import VolcanoExtender
 from extender.webhook import mutate_ray_pods
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "AsyncRoute",
+    "Request",
+    "Response",
     "Route",
     "create_app",
     "health_routes",
+    "metrics_routes",
     "scheduler_routes",
     "volcano_routes",
     "webhook_routes",
@@ -64,10 +76,81 @@ class Route:
     send the whole cluster; raygate answers them without looking)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What an ``AsyncRoute`` handler gets."""
+
+    method: str
+    path: str
+    params: Mapping[str, str]
+    """Path parameters: ``{namespace}`` in the route's path gives ``params["namespace"]``."""
+    query: Mapping[str, str]
+    """Query parameters, the first value of each."""
+    headers: Mapping[bytes, bytes]
+    """Header names lower-case, as ASGI gives them; repeated headers joined by ``, ``."""
+    body: bytes
+    receive: Receive
+
+    async def disconnected(self) -> None:
+        """Returns when the client goes away (the body has been read already)."""
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: bytes = JSON
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncRoute:
+    """A route whose handler is a coroutine taking a ``Request``; its path may hold
+    ``{name}`` parameters, each matching one non-empty path segment."""
+
+    method: bytes
+    handler: Callable[[Request], Awaitable[Response]]
+    protocol: Protocol = Protocol.RAYGATE
+
+
+@dataclass(frozen=True, slots=True)
+class _AsyncRoutes:
+    # Each route with the path it was registered under: the ``route`` label of its metrics.
+    exact: dict[str, AsyncRoute] = field(default_factory=dict)
+    patterns: list[tuple[re.Pattern[str], AsyncRoute, str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, routes: Mapping[str, AsyncRoute]) -> _AsyncRoutes:
+        table = cls()
+        for path, route in routes.items():
+            if "{" not in path:
+                table.exact[path] = route
+                continue
+            regex = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(path))
+            table.patterns.append((re.compile(regex + r"\Z"), route, path))
+        return table
+
+    def match(self, path: str) -> tuple[AsyncRoute, dict[str, str], str] | None:
+        """(route, path parameters, the path the route was registered under)."""
+        route = self.exact.get(path)
+        if route is not None:
+            return route, {}, path
+        for pattern, route, registered in self.patterns:
+            found = pattern.match(path)
+            if found is not None:
+                return route, found.groupdict(), registered
+        return None
+
+
 class _Health(msgspec.Struct):
     status: str
     source: str = ""
     objects: dict[str, int] = msgspec.field(default_factory=dict)
+    # A cluster source only: per-kind list/watch state, and the CRDs not installed.
+    kinds: dict[str, KindReport] | msgspec.UnsetType = msgspec.UNSET
+    absent: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 def health_routes(cache: ClusterCache) -> dict[str, Route]:
@@ -79,6 +162,8 @@ def health_routes(cache: ClusterCache) -> dict[str, Route]:
     def readyz(_: bytes) -> Reply:
         status = "ready" if cache.ready else "not-ready"
         body = _Health(status=status, source=cache.source, objects=cache.snapshot.counts())
+        if cache.sync is not None:
+            body.kinds, body.absent = cache.sync.report(), cache.sync.absent()
         return (200 if cache.ready else 503), msgspec.json.encode(body), JSON
 
     return {"/healthz": Route(b"GET", healthz), "/readyz": Route(b"GET", readyz)}
@@ -113,12 +198,27 @@ def webhook_routes() -> dict[str, Route]:
     return {"/mutate/ray-pods": Route(b"POST", mutate_ray_pods)}
 
 
+def metrics_routes(metrics: Metrics) -> dict[str, Route]:
+    """``/metrics``: Prometheus' text exposition of ``metrics``' registry."""
+    return {"/metrics": Route(b"GET", metrics.exposition, content_type=METRICS_CONTENT_TYPE)}
+
+
 def create_app(
-    routes: Mapping[str, Route],
+    routes: Mapping[str, Route | AsyncRoute],
     max_body: int = DEFAULT_MAX_BODY,
+    metrics: Metrics | None = None,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI application serving ``routes`` (exact paths)."""
-    routes = dict(routes)
+    """The ASGI application serving ``routes`` (exact paths; ``AsyncRoute`` paths may have
+    parameters), counting and timing every request in ``metrics`` when given."""
+    async_routes = _AsyncRoutes.of(
+        {p: r for p, r in routes.items() if isinstance(r, AsyncRoute)})
+    plain = {p: r for p, r in routes.items() if isinstance(r, Route)}
+    # Label children bound once per route here, not per request.
+    timers: dict[str, RouteMetrics] = {}
+    other: RouteMetrics | None = None
+    if metrics is not None:
+        timers = {path: metrics.route(path) for path in routes}
+        other = metrics.route(OTHER_ROUTE)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -126,7 +226,16 @@ def create_app(
             return
         if scope["type"] != "http":  # websockets are not served
             return
-        route = routes.get(scope["path"])
+        started = perf_counter()
+        route = plain.get(scope["path"])
+        if route is None:
+            matched = async_routes.match(scope["path"])
+            if matched is not None:
+                async_route, params, registered = matched
+                await _serve_async(async_route, params, scope, receive, send,
+                                   max_body=max_body, timer=timers.get(registered))
+                return
+        timer = timers.get(scope["path"], other)
         status, body, content_type = 500, b"", JSON
         try:
             if route is None:
@@ -145,10 +254,14 @@ def create_app(
             status, body, content_type = reply_for(
                 exc, route.protocol if route else Protocol.RAYGATE)
             log.warning("%s %s: %s %s", scope["method"], scope["path"], status, exc)
+            if timer is not None:
+                timer.error(exc.reason)
         except Exception:
             # A bug, not bad input: log it with its traceback and still answer the peer.
             log.exception("%s %s failed", scope["method"], scope["path"])
             status, body, content_type = _internal(route)
+            if timer is not None:
+                timer.error(RaygateError.reason)
         await send({
             "type": "http.response.start",
             "status": status,
@@ -156,8 +269,56 @@ def create_app(
                         (b"content-length", str(len(body)).encode())],
         })
         await send({"type": "http.response.body", "body": body})
+        if timer is not None:
+            timer.done(status, perf_counter() - started)
 
     return app
+
+
+async def _serve_async(
+    route: AsyncRoute, params: dict[str, str], scope: Scope, receive: Receive, send: Send,
+    *, max_body: int, timer: RouteMetrics | None = None,
+) -> None:
+    # A long-poll's time includes its wait (up to timeoutSeconds): read these routes'
+    # latency with that in mind.
+    started = perf_counter()
+    try:
+        if scope["method"].encode() != route.method and not (
+            scope["method"] == "HEAD" and route.method == b"GET"
+        ):
+            raise MethodNotAllowed(f"{scope['path']} accepts {route.method.decode()}")
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers[name] = headers[name] + b", " + value if name in headers else value
+        request = Request(
+            method=scope["method"], path=scope["path"], params=params,
+            query=dict(reversed(parse_qsl(scope["query_string"].decode("latin-1"),
+                                          keep_blank_values=True))),
+            headers=headers, body=await _read_body(scope, receive, max_body), receive=receive)
+        response = await route.handler(request)
+    except RaygateError as exc:
+        status, body, content_type = reply_for(exc, route.protocol)
+        # An API client asking for what does not exist (yet) is routine, not a warning.
+        log.log(logging.DEBUG if isinstance(exc, NotFound) else logging.WARNING,
+                "%s %s: %s %s", scope["method"], scope["path"], status, exc)
+        response = Response(status, body, content_type)
+        if timer is not None:
+            timer.error(exc.reason)
+    except Exception:
+        log.exception("%s %s failed", scope["method"], scope["path"])
+        response = Response(*reply_for(RaygateError("internal error; see raygate's log"),
+                                       route.protocol))
+        if timer is not None:
+            timer.error(RaygateError.reason)
+    # 304 carries no body (RFC 9110 §15.4.5), and so no content type or length.
+    head = [] if response.status == 304 else [
+        (b"content-type", response.content_type),
+        (b"content-length", str(len(response.body)).encode())]
+    await send({"type": "http.response.start", "status": response.status,
+                "headers": [*head, *response.headers]})
+    await send({"type": "http.response.body", "body": response.body})
+    if timer is not None:
+        timer.done(response.status, perf_counter() - started)
 
 
 def _internal(route: Route | None) -> Reply:

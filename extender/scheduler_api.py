@@ -17,14 +17,15 @@ import msgspec
 from extender import convert
 from extender.cache import ClusterCache, Snapshot
 from extender.errors import BadRequest, MissingField
+from extender.metrics import Metrics, VerbMetrics
 from extender.wire import kube
 from extender.wire import scheduler as wire
 from plugin.classify import gpu_node_reason
-from plugin.model import PodView
+from plugin.model import PodView, Role
 from plugin.placement import Decision, Verdict, decide, filter_names, score
 from plugin.victims import Candidate, select_victims
 
-__all__ = ["SchedulerExtender"]
+__all__ = ["SchedulerExtender", "record"]
 
 log = logging.getLogger("raygate.scheduler")
 
@@ -64,13 +65,31 @@ def _nodes_from_list(
     return out
 
 
+def record(metrics: VerbMetrics, pod: PodView, snap: Snapshot, decision: Decision) -> None:
+    """Count ``decision``: its rule, and a fail-open on a RayCluster the cache lacks (the
+    pod is then floor, the safe side). Shared with ``extender.volcano_api``."""
+    metrics.decisions[decision.rule].inc()
+    if decision.role is Role.FLOOR and snap.raycluster(pod.namespace, pod.ray_cluster) is None:
+        metrics.unknown_rayclusters.inc()
+
+
 class SchedulerExtender:
-    def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time,
+                 metrics: Metrics | None = None) -> None:
         self.cache = cache
         self.clock = clock
+        self.bind_metrics(metrics or Metrics())
 
-    def _decide(self, pod: PodView, snap: Snapshot, verb: str) -> Decision:
+    def bind_metrics(self, metrics: Metrics) -> None:
+        """Count into ``metrics`` from now on (the server binds its own at startup)."""
+        self._filter_metrics = metrics.verb("scheduler/filter")
+        self._prioritize_metrics = metrics.verb("scheduler/prioritize")
+        self._preempt_metrics = metrics.verb("scheduler/preempt")
+
+    def _decide(self, pod: PodView, snap: Snapshot, verb: str,
+                metrics: VerbMetrics) -> Decision:
         decision = decide(pod, snap, snap.config, self.clock())
+        record(metrics, pod, snap, decision)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.verdict.value,
                       decision.rule.value, decision.reason)
@@ -80,10 +99,12 @@ class SchedulerExtender:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
         pod = _request_pod(args.pod)
         snap = self.cache.snapshot
-        decision = self._decide(pod, snap, "filter")
+        decision = self._decide(pod, snap, "filter", self._filter_metrics)
         names = args.node_names
         if isinstance(names, list):
             passed, failed = filter_names(decision, names, snap.gpu_node_names)
+            if failed:
+                self._filter_metrics.refused[decision.rule].inc(len(failed))
             return _encode(
                 wire.FilterResult(node_names=passed, failed_and_unresolvable_nodes=failed))
         if isinstance(args.nodes, wire.NodeListRaw):
@@ -97,6 +118,8 @@ class SchedulerExtender:
                     failed[name] = decision.gpu_node_message
                 else:
                     kept.append(raw)
+            if failed:
+                self._filter_metrics.refused[decision.rule].inc(len(failed))
             return _encode(wire.FilterResult(
                 nodes=wire.NodeListOut(items=kept), failed_and_unresolvable_nodes=failed))
         # Neither names nor nodes: there is nothing to filter; answer with no nodes.
@@ -106,7 +129,7 @@ class SchedulerExtender:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
         pod = _request_pod(args.pod)
         snap = self.cache.snapshot
-        decision = self._decide(pod, snap, "prioritize")
+        decision = self._decide(pod, snap, "prioritize", self._prioritize_metrics)
         if decision.verdict is Verdict.UNMANAGED:
             return b"[]"
         names = args.node_names
@@ -114,6 +137,8 @@ class SchedulerExtender:
             # Nodes the cache has never seen get no entry: no opinion, their in-tree
             # scores stand.
             entries = [e for e in map(snap.prioritize_entries.get, names) if e is not None]
+            if len(entries) < len(names):
+                self._prioritize_metrics.unknown_nodes.inc(len(names) - len(entries))
             return b"[" + b",".join(entries) + b"]"
         if isinstance(args.nodes, wire.NodeListRaw):
             return _encode([
@@ -127,10 +152,21 @@ class SchedulerExtender:
         preemptor = _request_pod(args.pod)
         snap = self.cache.snapshot
         candidates = self._candidates(args, snap)
+        metrics = self._preempt_metrics
+        unknown = sum(len(c.unknown_uids) for c in candidates)
+        if unknown:
+            metrics.unknown_victims.inc(unknown)
         outcomes = select_victims(preemptor, candidates, snap, snap.config)
         result: dict[str, wire.MetaVictims] = {}
         for outcome in outcomes:
             if outcome.removed or outcome.substituted or outcome.dropped:
+                # The rare branch: raygate changed the scheduler's proposal.
+                if outcome.removed:
+                    metrics.victims_removed.inc(len(outcome.removed))
+                if outcome.substituted:
+                    metrics.victims_substituted.inc(len(outcome.substituted))
+                if outcome.dropped:
+                    metrics.nodes_dropped.inc()
                 log.info(
                     "preempt %s on %s: protected %s, substituted %s%s",
                     preemptor.ref, outcome.node_name,

@@ -68,6 +68,17 @@ class PolicyConfig:
     more than nodeorder's default weights can add for a big, idle node
     (leastrequested + balancedresource + imagelocality, weight 1 x 0..100 each)."""
 
+    stuck_unbound_seconds: float = 120.0
+    """Seconds an unbound pod may wait with no verdict from the scheduler (no
+    PodScheduled=False, no gang holding it) before the admission status calls it
+    ``Stuck``. Default 120 s: kube-scheduler and Volcano judge a new pod within seconds
+    (Volcano's session period is 1 s), so two minutes of silence means nobody looks."""
+
+    stuck_starting_seconds: float = 600.0
+    """Seconds a pod bound to a node may stay not running and ready before the admission
+    status calls it ``Stuck``. Default 600 s: room for a large Ray image pull on a cold
+    node, well under the Ray autoscaler's 3600 s allocation timeout."""
+
 
 def _string_list(value: Any, path: str, problems: list[str]) -> tuple[str, ...] | None:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -82,7 +93,7 @@ def policy_config_from_mapping(data: Mapping[str, Any], path: str = "policy") ->
     if not isinstance(data, Mapping):
         raise ConfigError([f"{path}: expected a mapping, got {type(data).__name__}"])
     known = {"gpuResources", "gpuNodeLabels", "thrashGuardSeconds", "gpuNodesForSurplus",
-             "volcanoScoreScale"}
+             "volcanoScoreScale", "stuckUnboundSeconds", "stuckStartingSeconds"}
     problems.extend(f"{path}.{key}: unknown setting" for key in data if key not in known)
     values: dict[str, Any] = {}
     if "gpuResources" in data:
@@ -124,6 +135,15 @@ def policy_config_from_mapping(data: Mapping[str, Any], path: str = "policy") ->
                 f"{path}.volcanoScoreScale: expected a number in [0, 1e9), got {scale!r}")
         else:
             values["volcano_score_scale"] = float(scale)
+    for key, name in (("stuckUnboundSeconds", "stuck_unbound_seconds"),
+                      ("stuckStartingSeconds", "stuck_starting_seconds")):
+        if key in data:
+            seconds = data[key]
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
+                    0 < seconds < 1e9):
+                problems.append(f"{path}.{key}: expected a number of seconds > 0, got {seconds!r}")
+            else:
+                values[name] = float(seconds)
     if problems:
         raise ConfigError(problems)
     return PolicyConfig(**values)
@@ -137,6 +157,8 @@ def policy_config_to_mapping(config: PolicyConfig) -> dict[str, Any]:
         "thrash_guard_seconds": "thrashGuardSeconds",
         "gpu_nodes_for_surplus": "gpuNodesForSurplus",
         "volcano_score_scale": "volcanoScoreScale",
+        "stuck_unbound_seconds": "stuckUnboundSeconds",
+        "stuck_starting_seconds": "stuckStartingSeconds",
     }
     out: dict[str, Any] = {}
     for f in fields(config):

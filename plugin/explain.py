@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plugin.admission import admission_status, is_running
 from plugin.classify import gpu_node_reason
 from plugin.config import PolicyConfig
 from plugin.model import ClusterView, NodeView, PodView
@@ -45,6 +46,10 @@ class Explanation:
     thrash_guard_active: bool
     nodes: tuple[NodeExplanation, ...]
     """Best first: passing before refused, then by score, then by name."""
+    admission_state: str = ""
+    """As the admission status says (``WaitingForCapacity``, …), ``Running``, or ``""``
+    when the RayCluster is unknown or the pod is not a Ray pod."""
+    admission_reason: str = ""
 
 
 def _node(name: str, view_node: NodeView | None, decision: Decision,
@@ -77,6 +82,7 @@ def explain(
 ) -> Explanation:
     decision = decide(pod, view, config, now)
     until = thrash_guard_until(pod, view, config) if pod.is_ray else None
+    state, why = _admission(pod, view, config, now)
     nodes = sorted(
         (_node(name, view.node(name), decision, config) for name in node_names),
         key=lambda n: (not n.passes, -(n.score if n.score is not None else -1), n.name),
@@ -90,4 +96,23 @@ def explain(
         thrash_guard_until=until,
         thrash_guard_active=until is not None and now < until,
         nodes=tuple(nodes),
+        admission_state=state,
+        admission_reason=why,
     )
+
+
+def _admission(pod: PodView, view: ClusterView, config: PolicyConfig,
+               now: float) -> tuple[str, str]:
+    if not pod.is_ray:
+        return "", ""
+    cluster = view.raycluster(pod.namespace, pod.ray_cluster)
+    if cluster is None:
+        return "", f"RayCluster {pod.namespace}/{pod.ray_cluster} is unknown to raygate"
+    for status in admission_status(cluster, view, config, now).status.pods:
+        if status.uid == pod.uid:
+            return status.state.value, status.reason
+    if is_running(pod):
+        return "Running", "running and ready"
+    if view.pod(pod.uid) is None:
+        return "", "not in raygate's cache"
+    return "", "not in the admission status (finished or being deleted)"

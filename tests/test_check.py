@@ -158,3 +158,43 @@ def test_cli_json_output_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["check", "--strict", str(warning)]) == 1
     assert main(["check", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_live_check_against_the_api_server_double(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`raygate check --kubeconfig`: RayClusters read from the cluster (namespaced, paged),
+    GPU nodes counted for RG009, Volcano detected by discovery for RG010."""
+    from tests.apiserver import CRDS, ApiServerDouble
+
+    rayclusters, podgroups = CRDS[0], CRDS[1]
+    double = ApiServerDouble().start()
+    try:
+        double.install(rayclusters)
+        for i in range(3):
+            double.create({"apiVersion": "v1", "kind": "Node",
+                           "metadata": {"name": f"gpu-{i}"},
+                           "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+        gpu_group = make_raycluster("train").autoscaling().group(
+            "gpu", replicas=4, min=4, max=4, gpu="1").obj()
+        double.create(gpu_group)
+        other = with_(good(), "metadata.namespace", "other")
+        double.create(with_(other, f"{GROUPS}.1.minReplicas", 9))
+        kubeconfig = double.kubeconfig(tmp_path / "kubeconfig")
+
+        assert main(["check", "--kubeconfig", str(kubeconfig), "--namespace", "ray",
+                     "--output", "json"]) == 0
+        (finding,) = json.loads(capsys.readouterr().out)
+        assert (finding["id"], finding["object"]) == ("RG009", "RayCluster ray/train")
+        assert "raygate sees 3 GPU nodes" in finding["message"]
+
+        double.install(podgroups)  # Volcano shows up: queue labels are now expected
+        assert main(["check", "--kubeconfig", str(kubeconfig), "--output", "json"]) == 1
+        found = {(f["id"], f["object"]) for f in json.loads(capsys.readouterr().out)}
+        assert ("RG004", "RayCluster other/rc") in found
+        assert ("RG010", "RayCluster ray/train") in found
+        assert ("RG003", "RayCluster ray/train") in found
+    finally:
+        double.stop()
+    assert main(["check"]) == 2
+    assert "give manifest FILEs, or --kubeconfig" in capsys.readouterr().err

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = re.compile(
     r"curl -s localhost:8888/scheduler/(?P<verb>\w+) -d @(?P<file>\S+)\n```\n```json\n"
@@ -37,3 +39,21 @@ def test_readme_extender_stanza_points_at_served_routes() -> None:
         assert f"{verb}Verb: {verb}" in readme
         assert f'"{prefix["path"]}/{verb}"' in (ROOT / "extender" / "http.py").read_text()
 
+
+
+def _console_blocks(readme: str) -> list[tuple[list[str], str]]:
+    blocks = re.findall(r"```console\n\$ raygate (?P<args>[^\n]+)\n(?P<out>.*?)```", readme, re.S)
+    return [(args.split(), out) for args, out in blocks]
+
+
+def test_readme_console_examples_are_real_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from extender.cli import main
+
+    monkeypatch.chdir(ROOT)
+    blocks = _console_blocks((ROOT / "README.md").read_text())
+    assert len(blocks) >= 2
+    for args, shown in blocks:
+        main(args)
+        assert capsys.readouterr().out == shown, " ".join(args)

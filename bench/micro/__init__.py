@@ -1,0 +1,2 @@
+"""In-process micro-benchmarks (pytest-benchmark): the pieces of each verb's hot path,
+run by ``python -m bench`` (or ``pytest bench/micro --benchmark-enable``)."""

@@ -1,0 +1,108 @@
+"""kube-scheduler verbs in-process: each step of filter and prioritize on its own, then
+the whole verb (bytes in, bytes out) as the HTTP layer calls it.
+
+filter and prioritize receive the same ``ExtenderArgs`` and share one decoder, so the
+decode rows stand for both verbs."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from bench.micro.conftest import NOW, Benchmark, Cluster
+from bench.scenarios import MICRO
+from extender import convert
+from extender.wire import kube
+from extender.wire import scheduler as wire
+from plugin.placement import Verdict, decide, filter_names
+
+SHAPES = [f"names-{n}" for n in MICRO.names] + [f"nodelist-{n}" for n in MICRO.nodelist]
+
+
+def body_of(cluster: Cluster, shape: str, floor: bool = True) -> bytes:
+    kind, count = shape.rsplit("-", 1)
+    pod = cluster.floor_pod if floor else cluster.overflow_pod
+    if kind == "names":
+        return cluster.names_body(pod, int(count))
+    return cluster.nodelist_body(pod, int(count))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_decode_extender_args(benchmark: Benchmark, cluster: Cluster, shape: str) -> None:
+    body = body_of(cluster, shape)
+    benchmark.extra_info["body_bytes"] = len(body)
+    args = benchmark(wire.decode_filter_args, body)
+    assert isinstance(args.pod, kube.Pod)
+
+
+def test_pod_view(benchmark: Benchmark, cluster: Cluster) -> None:
+    """The request's Pod (decoded) into the policy's view."""
+    args = wire.decode_filter_args(cluster.names_body(cluster.floor_pod, 1))
+    assert isinstance(args.pod, kube.Pod)
+    view = benchmark(convert.pod_view, args.pod, "$.Pod")
+    assert view.is_ray
+
+
+@pytest.mark.parametrize("pod", ["floor", "overflow"])
+def test_policy_decision(benchmark: Benchmark, cluster: Cluster, pod: str) -> None:
+    """``decide`` alone: the pod's role from the cache, the verdict and the message."""
+    obj = cluster.floor_pod if pod == "floor" else cluster.overflow_pod
+    view = convert.pod_view(msgspec.convert(obj, kube.Pod))
+    snap = cluster.snapshot
+    decision = benchmark(decide, view, snap, snap.config, NOW)
+    want = Verdict.AVOID_GPU if pod == "floor" else Verdict.PREFER_CPU
+    assert decision.verdict is want
+
+
+@pytest.mark.parametrize("count", MICRO.names)
+def test_policy_filter_names(benchmark: Benchmark, cluster: Cluster, count: int) -> None:
+    """The per-node part of filter: split the names into passed and refused."""
+    view = convert.pod_view(msgspec.convert(cluster.floor_pod, kube.Pod))
+    snap = cluster.snapshot
+    decision = decide(view, snap, snap.config, NOW)
+    names = cluster.names[:count]
+    passed, failed = benchmark(filter_names, decision, names, snap.gpu_node_names)
+    assert len(passed) + len(failed) == count
+
+
+@pytest.mark.parametrize("count", MICRO.names)
+def test_encode_filter_reply(benchmark: Benchmark, cluster: Cluster, count: int) -> None:
+    names = cluster.names[:count]
+    message = "raygate: floor-avoids-gpu: GPU node refused to a CPU-only floor worker"
+    result = wire.FilterResult(
+        node_names=[n for n in names if n not in cluster.gpu],
+        failed_and_unresolvable_nodes={n: message for n in names if n in cluster.gpu})
+    out = benchmark(msgspec.json.encode, result)
+    benchmark.extra_info["reply_bytes"] = len(out)
+
+
+@pytest.mark.parametrize("count", MICRO.names)
+def test_encode_prioritize_reply(benchmark: Benchmark, cluster: Cluster, count: int) -> None:
+    """The prioritize reply from the snapshot's pre-encoded per-node entries."""
+    entries = cluster.snapshot.prioritize_entries
+    names = cluster.names[:count]
+
+    def encode() -> bytes:
+        return b"[" + b",".join(e for e in map(entries.get, names) if e is not None) + b"]"
+
+    out = benchmark(encode)
+    benchmark.extra_info["reply_bytes"] = len(out)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_verb_filter(benchmark: Benchmark, cluster: Cluster, shape: str) -> None:
+    """The whole verb for the floor pod: GPU nodes refused."""
+    body = body_of(cluster, shape)
+    out = benchmark(cluster.scheduler.filter, body)
+    reply = json.loads(out)
+    assert not reply["Error"] and reply["FailedAndUnresolvableNodes"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_verb_prioritize(benchmark: Benchmark, cluster: Cluster, shape: str) -> None:
+    """The whole verb for the overflow pod: CPU nodes 10, GPU nodes 0."""
+    body = body_of(cluster, shape, floor=False)
+    out = benchmark(cluster.scheduler.prioritize, body)
+    assert {e["Score"] for e in json.loads(out)} == {0, 10}

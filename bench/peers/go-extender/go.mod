@@ -1,0 +1,3 @@
+module raygate.invalid/bench/goextender
+
+go 1.24

@@ -1,0 +1,34 @@
+"""The Ray autoscaler v2 (KubeRay), made to follow raygate's admission advice.
+
+``raygate-autoscaler`` runs in the autoscaler container of a RayCluster's head pod in
+place of ``ray kuberay-autoscaler`` (``autoscalerOptions.command``/``args``). It runs the
+stock KubeRay autoscaler with one difference: the cloud provider asks raygate, once per
+autoscaler loop, what the scheduler is doing with the cluster's pods, and
+
+* a pending worker raygate says to ``keep`` (waiting for gang admission, for capacity,
+  starting) is never timed out and deleted, however long it waits;
+* a pending worker raygate says to ``replace`` (stuck) is terminated through the normal
+  path at once, instead of after ``allocate_status_timeout_s``;
+* a worker group raygate says to ``hold`` gets no new pods: launches for it fail, and the
+  scheduler ranks it last, so demand goes to other groups;
+* when raygate cannot be reached, everything is stock (one warning per outage).
+
+Modules:
+
+``settings``  the environment the entrypoint reads (no Ray needed)
+``advice``    raygate's advice for one RayCluster, fetched with a bounded wait (no Ray)
+``provider``  the ``KubeRayProvider`` subclass and the two reconciler hooks (needs Ray)
+``cli``       the ``raygate-autoscaler`` entrypoint
+
+Only ``provider`` and ``cli`` import Ray, and ``provider`` refuses a Ray version other
+than ``TESTED_RAY_VERSIONS``: it relies on private Ray interfaces (README, "Stop the
+autoscaler fighting the scheduler").
+"""
+
+from __future__ import annotations
+
+__all__ = ["TESTED_RAY_VERSIONS"]
+
+TESTED_RAY_VERSIONS = ("2.60.0",)
+"""The Ray versions ``provider`` is tested with (``make test-ray``); the ``ray`` extra
+pins them."""
