@@ -73,6 +73,18 @@ def record(metrics: VerbMetrics, pod: PodView, snap: Snapshot, decision: Decisio
         metrics.unknown_rayclusters.inc()
 
 
+def decide_counted(pod: PodView, snap: Snapshot, now: float, verb: str,
+                   metrics: VerbMetrics) -> Decision:
+    """The placement decision for ``pod``, counted in ``metrics`` and logged at debug level
+    (both extenders' verbs use it)."""
+    decision = decide(pod, snap, snap.config, now)
+    record(metrics, pod, snap, decision)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.verdict.value,
+                  decision.rule.value, decision.reason)
+    return decision
+
+
 class SchedulerExtender:
     def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time,
                  metrics: Metrics | None = None) -> None:
@@ -88,12 +100,7 @@ class SchedulerExtender:
 
     def _decide(self, pod: PodView, snap: Snapshot, verb: str,
                 metrics: VerbMetrics) -> Decision:
-        decision = decide(pod, snap, snap.config, self.clock())
-        record(metrics, pod, snap, decision)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.verdict.value,
-                      decision.rule.value, decision.reason)
-        return decision
+        return decide_counted(pod, snap, self.clock(), verb, metrics)
 
     def filter(self, body: bytes) -> bytes:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)

@@ -20,12 +20,12 @@ from extender import convert
 from extender.cache import ClusterCache, Snapshot
 from extender.errors import BadRequest, MissingField
 from extender.metrics import Metrics, VerbMetrics
-from extender.scheduler_api import record
+from extender.scheduler_api import decide_counted
 from extender.wire import kube
 from extender.wire import volcano as wire
 from plugin.classify import gpu_node_reason
 from plugin.model import PodView
-from plugin.placement import Decision, Verdict, decide, score
+from plugin.placement import Decision, Verdict, score
 from plugin.victims import volcano_victims
 
 __all__ = ["VolcanoExtender"]
@@ -81,12 +81,7 @@ class VolcanoExtender:
 
     def _decide(self, pod: PodView, snap: Snapshot, verb: str,
                 metrics: VerbMetrics) -> Decision:
-        decision = decide(pod, snap, snap.config, self.clock())
-        record(metrics, pod, snap, decision)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.verdict.value,
-                      decision.rule.value, decision.reason)
-        return decision
+        return decide_counted(pod, snap, self.clock(), verb, metrics)
 
     def _is_gpu(self, node: wire.NodeInfo, snap: Snapshot, path: str,
                 metrics: VerbMetrics) -> bool:

@@ -16,7 +16,7 @@ import uvloop
 from extender.cache import ClusterCache, Snapshot
 from extender.scheduler_api import SchedulerExtender
 from extender.server import RaygateServer, bind_socket
-from extender.snapshot_files import load_text
+from extender.snapshot_files import demo_text, load_text
 from plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, Obj, object_list
 
@@ -95,3 +95,16 @@ def client(server: ServerThread) -> Iterator[httpx.Client]:
 def post_json(client: httpx.Client, path: str, body: Any) -> httpx.Response:
     return client.post(path, content=json.dumps(body),
                        headers={"Content-Type": "application/json"})
+
+
+@pytest.fixture(scope="module")
+def demo_server() -> Iterator[ServerThread]:
+    """The demo cluster, at 04:40 on its day: its preemption at 04:05 is past the 300 s
+    thrash guard."""
+    config = PolicyConfig()
+    cache = ClusterCache(config, "demo")
+    cache.publish(Snapshot(load_text(demo_text(), "demo"), config))
+    thread = ServerThread(cache, FakeClock(T0_EPOCH + 40 * 60))
+    thread.start()
+    yield thread
+    thread.stop()

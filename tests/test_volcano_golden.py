@@ -6,31 +6,15 @@ cluster. Regenerate with ``RAYGATE_UPDATE_GOLDEN=1`` and review the diff."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from extender.cache import ClusterCache, Snapshot
-from extender.snapshot_files import demo_text, load_text
-from plugin.config import PolicyConfig
-from tests.builders import T0_EPOCH
-from tests.conftest import FakeClock, ServerThread
+from tests.conftest import ServerThread
 
 FIXTURES = Path(__file__).parent / "fixtures" / "volcano"
 CASES = sorted(p.name.removesuffix(".request.json") for p in FIXTURES.glob("*.request.json"))
-
-
-@pytest.fixture(scope="module")
-def demo_server() -> Iterator[ServerThread]:
-    config = PolicyConfig()
-    cache = ClusterCache(config, "demo")
-    cache.publish(Snapshot(load_text(demo_text(), "demo"), config))
-    thread = ServerThread(cache, FakeClock(T0_EPOCH + 40 * 60))
-    thread.start()
-    yield thread
-    thread.stop()
 
 
 @pytest.mark.parametrize("case", CASES)
