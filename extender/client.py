@@ -18,6 +18,7 @@ client is not thread-safe: use one per thread. Only the standard library and ``g
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import http.client
 import socket
@@ -108,9 +109,12 @@ class Watch(Iterator[WatchEvent]):
         self.close()
 
 
-class _Closing:
+class _Closing(abc.ABC):
+    """Context-manager support for the clients: ``with connect(url) as client``."""
+
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the connection or channel."""
 
     def __enter__(self) -> Self:
         return self

@@ -42,7 +42,7 @@ __all__ = [
 
 
 class _Base(msgspec.Struct, rename="camel"):
-    pass
+    """camelCase keys, as the rest of raygate's API."""
 
 
 class NodeReply(_Base):

@@ -94,7 +94,7 @@ class Request:
     async def disconnected(self) -> None:
         """Returns when the client goes away (the body has been read already)."""
         while (await self.receive())["type"] != "http.disconnect":
-            pass
+            continue  # nothing else arrives after the body; wait for the disconnect
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +250,8 @@ def create_app(
                 status, body, content_type = 200, result, route.content_type
             else:
                 status, body, content_type = result
+        except ClientGone:
+            return
         except RaygateError as exc:
             status, body, content_type = reply_for(
                 exc, route.protocol if route else Protocol.RAYGATE)
@@ -296,6 +298,8 @@ async def _serve_async(
                                           keep_blank_values=True))),
             headers=headers, body=await _read_body(scope, receive, max_body), receive=receive)
         response = await route.handler(request)
+    except ClientGone:
+        return
     except RaygateError as exc:
         status, body, content_type = reply_for(exc, route.protocol)
         # An API client asking for what does not exist (yet) is routine, not a warning.
@@ -326,6 +330,10 @@ def _internal(route: Route | None) -> Reply:
     return reply_for(error, route.protocol if route else Protocol.RAYGATE)
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request was complete: nobody to answer."""
+
+
 async def _read_body(scope: Scope, receive: Receive, limit: int | None) -> bytes:
     """The whole body, or with ``limit`` None, nothing (the body is drained and dropped)."""
     for name, value in scope["headers"]:
@@ -337,7 +345,8 @@ async def _read_body(scope: Scope, receive: Receive, limit: int | None) -> bytes
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            # The peer went away mid-upload: never act on half a body.
+            raise ClientGone
         chunk = message.get("body", b"")
         if chunk and limit is not None:
             size += len(chunk)
