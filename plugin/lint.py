@@ -276,9 +276,12 @@ def rg009_gpu_floor_above_gpu_nodes(
     ]
 
 
+def _uses_volcano_scheduler(cluster: LintCluster) -> bool:
+    return "volcano" in {cluster.head_scheduler_name, *(g.scheduler_name for g in cluster.groups)}
+
+
 def _meant_for_volcano(cluster: LintCluster, facts: ClusterFacts | None) -> bool:
-    names = {cluster.head_scheduler_name, *(g.scheduler_name for g in cluster.groups)}
-    return ("volcano" in names or VOLCANO_QUEUE_LABEL in cluster.labels
+    return (_uses_volcano_scheduler(cluster) or VOLCANO_QUEUE_LABEL in cluster.labels
             or (facts is not None and facts.volcano_installed and not facts.kueue_installed))
 
 
@@ -286,8 +289,7 @@ def rg010_missing_queue(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
     out = []
-    names = {cluster.head_scheduler_name, *(g.scheduler_name for g in cluster.groups)}
-    volcano = "volcano" in names or (facts is not None and facts.volcano_installed)
+    volcano = _uses_volcano_scheduler(cluster) or (facts is not None and facts.volcano_installed)
     if volcano and VOLCANO_QUEUE_LABEL not in cluster.labels:
         out.append(Finding(
             "RG010", Severity.INFO, cluster.ref, "metadata.labels",

@@ -38,7 +38,7 @@ API_VERSION = "raygate.io/v1"
 
 
 class _Base(msgspec.Struct, rename="camel"):
-    pass
+    """Kubernetes-style camelCase keys."""
 
 
 class ObjectReference(_Base):
