@@ -22,6 +22,7 @@ particular order; ``Snapshot`` implements ``plugin.model.ClusterView``.
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections import Counter
@@ -207,6 +208,19 @@ class Snapshot:
     def edit(self) -> SnapshotEditor:
         """Start the snapshot that follows this one (one writer at a time)."""
         return SnapshotEditor(self)
+
+    def with_config(self, config: PolicyConfig) -> Snapshot:
+        """The same objects under another policy (GPU classes and indexes rebuilt:
+        O(objects), for a reloaded config file). Versions and preemption records carry
+        over, so a later re-list keeps the views it finds unchanged."""
+        editor = Snapshot.empty(config).edit()
+        editor.remember(r for records in self._preemptions.values() for r in records)
+        for kind in (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD):
+            for resource_version, view in self._primary(kind).values():
+                editor.upsert(view, resource_version)
+        snap = editor.finish()
+        snap._ignored = Counter(self._ignored)
+        return snap
 
     # --- plugin.model.ClusterView -------------------------------------------------------
     def node(self, name: str) -> NodeView | None:
@@ -805,6 +819,23 @@ class ClusterCache:
         self.sync: SyncStatus | None = None
         """Per-kind list/watch state when the source is a cluster; None for files."""
         self._listeners: list[Callable[[Snapshot], None]] = []
+        self._reconfigure: Callable[[PolicyConfig], None] | None = None
+        self._lock = threading.Lock()
+
+    def set_policy(self, config: PolicyConfig) -> None:
+        """Serve ``config`` from now on: the current objects are re-classified and
+        published under it (by the source's writer when one follows a cluster, so the
+        change never races an event). Safe from any thread."""
+        if self._reconfigure is not None:
+            self._reconfigure(config)
+            return
+        with self._lock:
+            self.publish(self.snapshot.with_config(config))
+
+    def follow_writer(self, reconfigure: Callable[[PolicyConfig], None]) -> None:
+        """A source that edits snapshots in a thread of its own takes policy changes
+        through ``reconfigure`` from now on."""
+        self._reconfigure = reconfigure
 
     def publish(self, snapshot: Snapshot) -> None:
         """Make ``snapshot`` the current one, then tell every listener (in the publishing

@@ -20,12 +20,51 @@ __all__ = ["ServeSettings", "load_config_file", "parse_addr"]
 
 @dataclass(frozen=True)
 class ServeSettings:
+    """Everything ``raygate serve`` runs with (the contract between the settings sources
+    and the servers; defaults here are the documented defaults)."""
+
+    # Where cluster state comes from (at most one of snapshots / demo / kubeconfig).
+    snapshots: tuple[str, ...] = ()
+    demo: bool = False
+    kubeconfig: str = ""
+    context: str = ""
+    config_file: str = ""
+    """The YAML file these settings were read from, if any; its ``policy:`` is reloaded."""
+
+    # Listeners.
     http_addr: str = "0.0.0.0:8888"
     """Where kube-scheduler, Volcano and HTTP clients reach raygate."""
     grpc_addr: str = "0.0.0.0:9090"
-    """The gRPC API (health today; admission status later)."""
-    snapshots: tuple[str, ...] = ()
-    demo: bool = False
+    webhook_addr: str = ""
+    """The HTTPS listener of the Ray-pod marker webhook; empty: not served."""
+
+    # TLS on the HTTP and gRPC listeners (both files, or neither: plain text).
+    tls_cert: str = ""
+    tls_key: str = ""
+    client_ca: str = ""
+    """When set, clients must present a certificate signed by one of these CAs (mTLS)."""
+
+    # Who may read admission status and explanations.
+    authz: str = "auto"
+    """on | off | auto: TokenReview + SubjectAccessReview when following a cluster from
+    inside it (in-cluster config), off for --demo, snapshots and kubeconfigs."""
+    authz_cache_seconds: float = 10.0
+
+    # Limits and lifecycle.
+    max_body_bytes: int = 64 * 1024 * 1024
+    """A 5,000-node NodeList (nodeCacheCapable: false) is about 36 MB."""
+    header_timeout_seconds: float = 10.0
+    """A client must send its request head and body within this long."""
+    predicate_concurrency: int = 64
+    """Volcano predicate calls served at once; more get 503 at once."""
+    shutdown_delay_seconds: float = 0.0
+    """After SIGTERM, /readyz answers 503 this long before the listeners close (let
+    endpoints controllers take the pod out of Services first)."""
+    shutdown_grace_seconds: float = 20.0
+    """In-flight requests get this long to finish after the listeners close."""
+
+    log_level: str = "info"
+    log_format: str = "auto"
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
 

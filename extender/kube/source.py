@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from extender.cache import ClusterCache, ObjectKey, Snapshot, SnapshotEditor, SyncStatus, View
 from extender.kube.resources import RESOURCES, Resource
 from extender.kube.watch import DELETED, KindWatcher, Transport, WatchSettings
+from plugin.config import PolicyConfig
 
 __all__ = ["CacheWriter", "LiveSource"]
 
@@ -64,7 +65,12 @@ class _Absent:
     kind: str
 
 
-_Message = _Replace | _Change | _Absent | None  # None: stop
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    config: PolicyConfig
+
+
+_Message = _Replace | _Change | _Absent | _Policy | None  # None: stop
 
 
 class CacheWriter:
@@ -107,6 +113,10 @@ class CacheWriter:
 
     def absent(self, kind: str) -> None:
         self._queue.put(_Absent(kind))
+
+    def set_policy(self, config: PolicyConfig) -> None:
+        """``ClusterCache.set_policy``: applied in order with the events around it."""
+        self._queue.put(_Policy(config))
 
     # --- the writer thread --------------------------------------------------------------
     def stop(self) -> None:
@@ -165,9 +175,12 @@ class CacheWriter:
         finally:
             batch.seconds += time.thread_time() - started
 
-    def _apply(self, batch: _Batch, message: _Replace | _Change | _Absent) -> None:
-        editor, kind = batch.editor, message.kind
+    def _apply(self, batch: _Batch, message: _Replace | _Change | _Absent | _Policy) -> None:
         batch.count += 1
+        if isinstance(message, _Policy):
+            batch.policy = message.config
+            return
+        editor, kind = batch.editor, message.kind
         batch.touched.add(kind)
         if isinstance(message, _Change):
             if message.view is None or message.type == DELETED:
@@ -187,7 +200,12 @@ class CacheWriter:
             window = self._state.config.thrash_guard_seconds
             batch.editor.forget_preemptions_before(self.wall_clock() - max(window, 0.0))
             self._pruned_at = time.monotonic()
-        self._state = state = batch.editor.finish()
+        state = batch.editor.finish()
+        if batch.policy is not None:
+            # Events after the change in this batch were classified under the old
+            # policy; re-classifying the whole result makes every object current.
+            state = state.with_config(batch.policy)
+        self._state = state
         for kind in batch.touched:
             status = self.sync.kinds.get(kind)
             if status is not None:
@@ -215,7 +233,7 @@ class CacheWriter:
 class _Batch:
     """Changes applied to one editor, published together."""
 
-    __slots__ = ("big", "count", "editor", "listed", "seconds", "touched")
+    __slots__ = ("big", "count", "editor", "listed", "policy", "seconds", "touched")
 
     def __init__(self, editor: SnapshotEditor) -> None:
         self.editor = editor
@@ -225,6 +243,8 @@ class _Batch:
         self.touched: set[str] = set()
         self.listed: set[str] = set()
         self.big = False
+        self.policy: PolicyConfig | None = None
+        """A reloaded policy: the batch's result is re-classified under it."""
 
 
 class LiveSource:
@@ -251,6 +271,7 @@ class LiveSource:
         self.writer = CacheWriter(
             cache, self.sync, publish_interval=self.settings.publish_interval,
             freeze_gc=self.settings.freeze_gc, wall_clock=wall_clock, on_batch=on_batch)
+        cache.follow_writer(self.writer.set_policy)
         self._stop = threading.Event()
         rng = rng or random.Random()
         self.watchers = [
