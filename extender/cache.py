@@ -22,10 +22,11 @@ particular order; ``Snapshot`` implements ``plugin.model.ClusterView``.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KINDS",
+    "Changes",
     "ClusterCache",
     "ClusterObjects",
     "KindReport",
@@ -74,6 +76,8 @@ KINDS = (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD)
 pod's node class is known when its preemption is recorded)."""
 
 View: TypeAlias = NodeView | PodView | RayClusterView | PodGroupView | WorkloadView
+ClusterKey: TypeAlias = tuple[str, str]
+"""(namespace, name) of a RayCluster."""
 ObjectKey: TypeAlias = str | tuple[str, str]
 """How the cache names an object of a kind: a node by name, a pod by UID, the namespaced
 custom resources by (namespace, name)."""
@@ -146,6 +150,23 @@ def _entry_bytes(name: str, is_gpu: bool) -> bytes:
     return b'{"Host":%s,"Score":%d}' % (msgspec.json.encode(name), score(is_gpu))
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What an edit changed that admission statuses read: which RayClusters saw their
+    object, a pod, a Workload or a preemption record change, and which PodGroups
+    changed (a PodGroup belongs to the clusters that name it)."""
+
+    clusters: frozenset[ClusterKey]
+    podgroups: frozenset[tuple[str, str]]
+
+    def __or__(self, other: Changes) -> Changes:
+        return Changes(self.clusters | other.clusters, self.podgroups | other.podgroups)
+
+
+_serials = itertools.count(1)
+"""Snapshot serial numbers, unique in the process."""
+
+
 class Snapshot:
     """One immutable, indexed state of the cluster. Implements ``plugin.model.ClusterView``.
 
@@ -159,6 +180,12 @@ class Snapshot:
     prioritize_entries: dict[str, bytes]
     """The prioritize reply entry of each known node for a managed pod, built once per
     node, not per request (the score depends only on the node's class). Read-only."""
+    serial: int
+    base_serial: int
+    """The serial of the snapshot this one was edited from (0: built from nothing)."""
+    changes: Changes | None
+    """What changed from the base; None when unknown (a snapshot built whole, a bulk
+    load, a policy change): a reader must look at everything."""
 
     _nodes: Map[str, Entry[NodeView]]
     _gpu: dict[str, bool]
@@ -196,6 +223,7 @@ class Snapshot:
     def empty(cls, config: PolicyConfig) -> Snapshot:
         snap = cls.__new__(cls)
         snap.config = config
+        snap.serial, snap.base_serial, snap.changes = next(_serials), 0, None
         snap.gpu_node_names = frozenset()
         snap.prioritize_entries = {}
         snap._gpu = {}
@@ -341,12 +369,14 @@ class _Flat(Generic[KT, VT]):
     O(log n) copied nodes); from the second on, writes go to one in-place mutation, which
     costs more to open but less per write. Untouched maps cost nothing."""
 
-    __slots__ = ("map", "mut", "written")
+    __slots__ = ("map", "mut", "touched", "written")
 
-    def __init__(self, base: Map[KT, VT]) -> None:
+    def __init__(self, base: Map[KT, VT], *, track: bool = False) -> None:
         self.map = base
         self.mut: MapMutation[KT, VT] | None = None
         self.written = False
+        self.touched: set[KT] | None = set() if track else None
+        """With ``track``: every key written or removed."""
 
     def get(self, key: KT, default: VT | None = None) -> VT | None:
         mut = self.mut
@@ -361,6 +391,8 @@ class _Flat(Generic[KT, VT]):
         return len(mut) if mut is not None else len(self.map)
 
     def set(self, key: KT, value: VT) -> None:
+        if self.touched is not None:
+            self.touched.add(key)
         mut = self.mut
         if mut is not None:
             mut[key] = value
@@ -374,6 +406,8 @@ class _Flat(Generic[KT, VT]):
         value = self.get(key)
         if value is None:
             return None
+        if self.touched is not None:
+            self.touched.add(key)
         mut = self.mut
         if mut is not None:
             del mut[key]
@@ -395,16 +429,19 @@ class _Nested(Generic[KT, MT, VT]):
     """An index of maps (key -> member -> view) being edited: each inner map the edit
     touches is edited once and put back by ``finish``; emptied ones are removed."""
 
-    __slots__ = ("inner", "outer")
+    __slots__ = ("inner", "outer", "touched")
 
     def __init__(self, base: Map[KT, Map[MT, VT]]) -> None:
         self.outer = _Flat(base)
         self.inner: dict[KT, _Flat[MT, VT]] = {}
+        self.touched: set[KT] = set()
+        """Every key whose map this edit opened."""
 
     def _open(self, key: KT) -> _Flat[MT, VT]:
         inner = self.inner.get(key)
         if inner is None:
             inner = self.inner[key] = _Flat(self.outer.get(key) or _EMPTY)
+            self.touched.add(key)
         return inner
 
     def add(self, key: KT, member: MT, value: VT) -> None:
@@ -441,15 +478,17 @@ class SnapshotEditor:
         self._by_group = _Nested(base._by_group)
         self._by_cluster = _Nested(base._by_cluster)
         self._scheduled = _Flat(base._scheduled)
-        self._preemptions = _Flat(base._preemptions)
-        self._rayclusters = _Flat(base._rayclusters)
-        self._podgroups = _Flat(base._podgroups)
+        self._preemptions = _Flat(base._preemptions, track=True)
+        self._rayclusters = _Flat(base._rayclusters, track=True)
+        self._podgroups = _Flat(base._podgroups, track=True)
         self._workloads = _Flat(base._workloads)
         self._workloads_of = _Nested(base._workloads_of)
         # Copied on the first change of a node's class or of the node set.
         self._gpu: dict[str, bool] | None = None
         self._entries: dict[str, bytes] | None = None
         self._new_nodes: list[str] = []
+        self._bulk = False
+        """Pods were loaded in bulk (``_load_pods``): changes are not tracked."""
         self._done = False
 
     # --- operations ---------------------------------------------------------------------
@@ -548,6 +587,8 @@ class SnapshotEditor:
             self._fix_records_on(self._new_nodes)
         snap = into if into is not None else Snapshot.__new__(Snapshot)
         snap.config = self._config
+        snap.serial, snap.base_serial = next(_serials), base.serial
+        snap.changes = None if self._bulk else self._changes()
         if self._gpu is None or self._entries is None:
             snap._gpu, snap.prioritize_entries = base._gpu, base.prioritize_entries
             snap.gpu_node_names = base.gpu_node_names
@@ -567,6 +608,14 @@ class SnapshotEditor:
         snap._workloads_of = self._workloads_of.finish()
         snap._ignored = base._ignored
         return snap
+
+    def _changes(self) -> Changes:
+        clusters = set(self._by_cluster.touched) | self._workloads_of.touched
+        clusters.update(cast(set[ClusterKey], self._rayclusters.touched))
+        clusters.update((g.namespace, g.cluster)
+                        for g in cast(set[GroupKey], self._preemptions.touched))
+        return Changes(frozenset(clusters),
+                       frozenset(cast(set[tuple[str, str]], self._podgroups.touched)))
 
     # --- nodes --------------------------------------------------------------------------
     def _writable_gpu(self) -> tuple[dict[str, bool], dict[str, bytes]]:
@@ -666,6 +715,7 @@ class SnapshotEditor:
                 if record is not None:
                     self._add_record(record)
         # With no pods, every pod index is empty, whatever this edit did to it before.
+        self._bulk = True
         self._pods = _Flat(Map(pods))
         self._by_node = _Nested(Map({k: Map(v) for k, v in by_node.items()}))
         self._by_group = _Nested(Map({k: Map(v) for k, v in by_group.items()}))
@@ -731,6 +781,10 @@ class SnapshotEditor:
                 changes.append((key, fixed))
         for key, fixed in changes:
             self._preemptions.set(key, fixed)
+
+
+JOURNAL_LENGTH = 1024
+"""Publishes remembered by ``changes_between``: a reader further behind looks at all."""
 
 
 # --- the cache and its sync status ------------------------------------------------------
@@ -821,6 +875,25 @@ class ClusterCache:
         self._listeners: list[Callable[[Snapshot], None]] = []
         self._reconfigure: Callable[[PolicyConfig], None] | None = None
         self._lock = threading.Lock()
+        self._journal: deque[tuple[int, int, Changes | None]] = deque(maxlen=JOURNAL_LENGTH)
+        """(serial, base serial, changes) of the last snapshots published."""
+
+    def changes_between(self, old: Snapshot, new: Snapshot) -> Changes | None:
+        """What changed from ``old`` to ``new`` (both published, ``new`` the later), or
+        None when that is not known: a snapshot built whole, a bulk load, or ``old`` too
+        far back."""
+        if old is new:
+            return Changes(frozenset(), frozenset())
+        links = {serial: (base, changes) for serial, base, changes in list(self._journal)}
+        total: Changes | None = None
+        serial = new.serial
+        while serial != old.serial:
+            base, changes = links.get(serial, (0, None))
+            if changes is None:
+                return None
+            total = changes if total is None else total | changes
+            serial = base
+        return total
 
     def set_policy(self, config: PolicyConfig) -> None:
         """Serve ``config`` from now on: the current objects are re-classified and
@@ -841,6 +914,8 @@ class ClusterCache:
         """Make ``snapshot`` the current one, then tell every listener (in the publishing
         thread: a listener must be quick and must not block, e.g. schedule work on its
         own event loop with ``call_soon_threadsafe``)."""
+        # Journal first: whoever sees the new snapshot finds how it came about.
+        self._journal.append((snapshot.serial, snapshot.base_serial, snapshot.changes))
         self.snapshot = snapshot
         self.ready = True
         for listener in list(self._listeners):

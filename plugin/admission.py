@@ -783,19 +783,31 @@ def admission_status(
 
 
 def admission_inputs(
-    cluster: RayClusterView, view: ClusterView, config: PolicyConfig
+    cluster: RayClusterView,
+    view: ClusterView,
+    config: PolicyConfig,
+    known: tuple[object, ...] | None = None,
 ) -> tuple[object, ...]:
     """Everything ``admission_status`` reads for ``cluster`` apart from ``now``: equal
     inputs and a ``now`` before the last ``next_change`` give an equal status, so a
     caller may keep the last one. Tuples compare elements by identity first, which makes
-    this cheap when a source keeps unchanged objects between snapshots."""
+    this cheap when a source keeps unchanged objects between snapshots.
+
+    ``known``: the inputs of the same cluster from an earlier view. When its cluster
+    and its pods are the very same objects, the PodGroup names (which need a look at
+    every pod) are taken from it rather than found again."""
     pods = view.cluster_pods(cluster.namespace, cluster.name)
+    if known is not None and known[1] is cluster and known[2] is pods:
+        names: tuple[str, ...] = known[-1]  # type: ignore[assignment]
+    else:
+        names = tuple(_podgroup_names(cluster, pods))
     groups = (HEAD_GROUP, *(g.name for g in cluster.worker_groups))
     return (
         config, cluster, pods,
-        tuple(view.podgroup(cluster.namespace, n) for n in _podgroup_names(cluster, pods)),
+        tuple(view.podgroup(cluster.namespace, n) for n in names),
         view.workloads_of(cluster.namespace, cluster.name),
         tuple(view.preemptions(GroupKey(cluster.namespace, cluster.name, g)) for g in groups),
+        names,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from extender import cache, convert
-from extender.kube.views import PodViews
+from extender.convert import PodViews
 from extender.wire import kube
 
 __all__ = ["RESOURCES", "Resource", "Served"]
@@ -76,7 +76,7 @@ class Served:
 
 RESOURCES: tuple[Resource, ...] = (
     Resource(cache.NODE, "", ("v1",), "nodes", kube.Node, convert.node_view),
-    # Pods are most of a cluster: their views share what repeats (``views.PodViews``).
+    # Pods are most of a cluster: their views share what repeats (``convert.PodViews``).
     Resource(cache.POD, "", ("v1",), "pods", kube.Pod, PodViews()),
     Resource(cache.RAYCLUSTER, "ray.io", ("v1",), "rayclusters", kube.RayCluster,
              convert.raycluster_view, crd=True),

@@ -1,10 +1,10 @@
-"""The list/watch path's pod views equal ``convert.pod_view``'s (but for the conditions
-raygate does not read), shared parts and all."""
+"""Pod views with shared parts (``convert.PodViews``): sharing never changes an answer
+(a converter that has seen many pods gives what a fresh one gives), only the conditions
+raygate reads are kept, and identical parts are one object."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bench.payloads import ray_head_pod, ray_worker_pod
 from extender import convert, snapshot_files
-from extender.kube.views import POD_CONDITIONS, PodViews
+from extender.convert import PodViews
 from extender.snapshot_files import demo_text
 from extender.wire import kube
 from plugin.model import PodView
@@ -30,10 +30,8 @@ def wire(obj: dict[str, Any]) -> kube.Pod:
 
 
 def expected(pod: kube.Pod) -> PodView:
-    """``convert.pod_view``, with only the conditions raygate reads."""
-    view = convert.pod_view(pod)
-    return replace(view, conditions=tuple(c for c in view.conditions
-                                          if c.type in POD_CONDITIONS))
+    """The view of ``pod`` by a converter that has seen no other pod."""
+    return PodViews()(pod)
 
 
 def known_pods() -> list[dict[str, Any]]:
@@ -57,7 +55,7 @@ def known_pods() -> list[dict[str, Any]]:
     return pods
 
 
-def test_views_equal_convert_on_every_known_pod() -> None:
+def test_shared_parts_never_change_a_view_of_a_known_pod() -> None:
     views = PodViews()
     pods = known_pods()
     assert len(pods) > 5
@@ -91,7 +89,7 @@ pods = st.builds(
 
 @settings(max_examples=200, deadline=None)
 @given(objs=st.lists(pods, min_size=1, max_size=4))
-def test_views_equal_convert_on_generated_pods(objs: list[dict[str, Any]]) -> None:
+def test_shared_parts_never_change_a_view_of_generated_pods(objs: list[dict[str, Any]]) -> None:
     views = PodViews(limit=3)  # small: the memos fill and clear as they go
     for obj in objs:
         pod = wire(obj)
@@ -106,10 +104,16 @@ def test_identical_parts_are_shared() -> None:
     assert a.labels is b.labels
 
 
-def test_a_bad_quantity_is_refused_as_convert_refuses_it() -> None:
+def test_only_the_conditions_raygate_reads_are_kept() -> None:
+    view = PodViews()(wire(make_pod("a").obj() | {"status": {"conditions": [
+        {"type": t, "status": "True"} for t in ("Initialized", "Ready", "ContainersReady",
+                                                 "PodScheduled", "DisruptionTarget")]}}))
+    assert [c.type for c in view.conditions] == ["Ready", "PodScheduled", "DisruptionTarget"]
+
+
+@pytest.mark.parametrize("views", [PodViews(), convert.pod_view], ids=["fresh", "shared"])
+def test_a_bad_quantity_is_refused_with_its_path(views: PodViews) -> None:
     pod = wire(make_pod("a").requests(cpu="lots").obj())
-    with pytest.raises(convert.ConversionError) as ours:
-        PodViews()(pod)
-    with pytest.raises(convert.ConversionError) as theirs:
-        convert.pod_view(pod)
-    assert str(ours.value) == str(theirs.value)
+    with pytest.raises(convert.ConversionError, match=r"\.spec\.containers\[0\]"
+                                                      r"\.resources\.requests\.cpu"):
+        views(pod, "$.Pod")

@@ -1,0 +1,166 @@
+"""The cache says what each edit changed, and the admission statuses that trust it are
+exactly those derived from scratch; a reloaded policy re-classifies every object."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.admission_api import AdmissionService
+from extender.cache import (
+    NODE,
+    POD,
+    Changes,
+    ClusterCache,
+    ClusterObjects,
+    Snapshot,
+    SyncStatus,
+    View,
+    key_of,
+)
+from extender.kube.source import CacheWriter
+from plugin.admission import admission_statuses
+from plugin.config import PolicyConfig
+from plugin.model import GroupKey, NodeView, OwnerRef, PodGroupView, PodView, WorkloadView
+from tests.builders import T0_EPOCH
+from tests.test_cache_edit import CONFIG, kind_of, node, operations, ray_labels
+
+NOTHING = Changes(frozenset(), frozenset())
+
+
+def edited(base: Snapshot, *views: View) -> Snapshot:
+    editor = base.edit()
+    for view in views:
+        editor.upsert(view, "1")
+    return editor.finish()
+
+
+def ray_pod(uid: str, cluster: str, group: str = "g0", node_name: str = "cpu-0") -> PodView:
+    return PodView(uid, "ray", uid, labels=ray_labels(cluster, group), node_name=node_name,
+                   controller=OwnerRef("RayCluster", cluster, f"rc-{cluster}"),
+                   phase="Running")
+
+
+BASE = Snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0"))), CONFIG)
+
+
+@pytest.mark.parametrize(("views", "clusters", "podgroups"), [
+    pytest.param((PodView("w", "shop", "web-1", node_name="cpu-0"),), set(), set(),
+                 id="a pod outside every RayCluster changes none"),
+    pytest.param((node("cpu-1"),), set(), set(), id="a node changes none"),
+    pytest.param((ray_pod("a", "c0"),), {("ray", "c0")}, set(), id="a Ray pod its cluster"),
+    pytest.param((ray_pod("a", "c0"), ray_pod("b", "c1")), {("ray", "c0"), ("ray", "c1")},
+                 set(), id="two clusters' pods"),
+    pytest.param((PodGroupView("ray", "ray-c0-pg", "Running", 3),), set(),
+                 {("ray", "ray-c0-pg")}, id="a PodGroup by its own name"),
+    pytest.param((WorkloadView("ray", "wl", OwnerRef("RayCluster", "c1", "rc-c1")),),
+                 {("ray", "c1")}, set(), id="a Workload its owner"),
+])
+def test_an_edit_names_what_it_changed(
+    views: tuple[View, ...], clusters: set[tuple[str, str]], podgroups: set[tuple[str, str]]
+) -> None:
+    assert edited(BASE, *views).changes == Changes(frozenset(clusters), frozenset(podgroups))
+
+
+def test_a_preemption_record_changes_its_cluster_even_after_the_pod_is_gone() -> None:
+    from dataclasses import replace
+
+    from tests.test_cache_edit import DISRUPTED
+    pod = replace(ray_pod("a", "c0", node_name="gpu-0"), conditions=(DISRUPTED,))
+    snap = edited(BASE, pod)
+    editor = snap.edit()
+    editor.delete(POD, "a")
+    assert editor.finish().changes == Changes(frozenset({("ray", "c0")}), frozenset())
+    assert snap.preemptions(GroupKey("ray", "c0", "g0"))
+
+
+def test_the_cache_chains_changes_across_publishes_and_knows_when_it_cannot() -> None:
+    cache = ClusterCache(CONFIG, "test")
+    cache.publish(BASE)
+    first = edited(BASE, ray_pod("a", "c0"))
+    cache.publish(first)
+    second = edited(first, ray_pod("b", "c1"))
+    cache.publish(second)
+    assert cache.changes_between(BASE, second) == Changes(
+        frozenset({("ray", "c0"), ("ray", "c1")}), frozenset())
+    assert cache.changes_between(first, second) == Changes(frozenset({("ray", "c1")}),
+                                                           frozenset())
+    assert cache.changes_between(second, second) == NOTHING
+    # A snapshot built whole, or one never published in between: nobody knows.
+    whole = Snapshot(ClusterObjects(nodes=(node("cpu-0"),)), CONFIG)
+    cache.publish(whole)
+    assert cache.changes_between(second, whole) is None
+    assert cache.changes_between(Snapshot.empty(CONFIG), second) is None
+
+
+def test_a_bulk_load_of_pods_is_not_itemised() -> None:
+    editor = BASE.edit()
+    editor.replace(POD, [("1", ray_pod("a", "c0"))])
+    assert editor.finish().changes is None
+
+
+@settings(max_examples=120, deadline=None)
+@given(ops=operations, cuts=st.lists(st.integers(0, 40), max_size=8),
+       ticks=st.lists(st.integers(0, 40), max_size=3))
+def test_statuses_that_trust_the_changes_equal_statuses_derived_afresh(
+    ops: list[tuple[str, View]], cuts: list[int], ticks: list[int]
+) -> None:
+    now = [T0_EPOCH + 1000.0]
+    cache = ClusterCache(CONFIG, "test")
+    service = AdmissionService(cache, lambda: now[0])
+    snap = Snapshot.empty(CONFIG)
+    cache.publish(snap)
+    editor = snap.edit()
+
+    def check() -> None:
+        fresh = admission_statuses(cache.snapshot, CONFIG, now[0])
+        statuses = {key: entry.derivation.status
+                    for key, entry in service.current().entries.items()}
+        assert statuses == {key: d.status for key, d in fresh.items()}
+
+    for i, (op, view) in enumerate(ops):
+        if i in cuts:
+            cache.publish(editor.finish())
+            check()
+            editor = cache.snapshot.edit()
+        if i in ticks:  # time alone may change a status (a pod turning Stuck)
+            now[0] += 400.0
+        if op == "upsert":
+            editor.upsert(view, str(i))
+        else:
+            editor.delete(kind_of(view), key_of(view))
+    cache.publish(editor.finish())
+    check()
+
+
+GPU_LABELLED = NodeView("labelled", {"example.com/accelerator": "true"}, {"cpu": 8000})
+RELABELLED = PolicyConfig(gpu_node_labels={"example.com/accelerator": "true"})
+
+
+def test_set_policy_reclassifies_a_snapshot_source() -> None:
+    cache = ClusterCache(CONFIG, "test")
+    cache.publish(Snapshot(ClusterObjects(nodes=(GPU_LABELLED, node("gpu-0"))), CONFIG))
+    assert cache.snapshot.gpu_node_names == {"gpu-0"}
+    cache.set_policy(RELABELLED)
+    assert cache.snapshot.config is RELABELLED
+    assert cache.snapshot.gpu_node_names == {"labelled", "gpu-0"}
+    assert cache.snapshot.version_of(NODE, "labelled") is not None
+
+
+def test_set_policy_goes_through_the_writer_in_order_with_events() -> None:
+    cache = ClusterCache(CONFIG, "test")
+    sync = SyncStatus([NODE])
+    writer = CacheWriter(cache, sync, freeze_gc=False)
+    cache.follow_writer(writer.set_policy)
+    writer.replace(NODE, [("1", GPU_LABELLED)], "1")
+    writer.drain()
+    assert cache.snapshot.gpu_node_names == frozenset()
+    cache.set_policy(RELABELLED)
+    assert cache.snapshot.config is CONFIG  # not applied until the writer gets to it
+    writer.change(NODE, "ADDED", "other", "2",
+                  NodeView("other", {"example.com/accelerator": "true"}, {}))
+    writer.drain()
+    assert cache.snapshot.config is RELABELLED
+    assert cache.snapshot.gpu_node_names == {"labelled", "other"}
+    assert cache.snapshot.version_of(NODE, "labelled") == ("1", GPU_LABELLED)
