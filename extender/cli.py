@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -18,15 +19,33 @@ from extender.errors import RaygateError
 from extender.explain import ExplainService, fetch, render_table
 from extender.kube.client import (
     ClusterConfigError,
+    Connection,
     KubeTransport,
     NoClusterConfig,
     load_connection,
 )
 from extender.kube.source import LiveSource
 from extender.server import RaygateServer, WebhookListener, bind_socket
-from extender.settings import load_config_file, parse_addr
+from extender.settings import (
+    ENV_CONFIG,
+    ENV_CONTEXT,
+    ENV_DEMO,
+    ENV_KUBECONFIG,
+    ENV_SNAPSHOT,
+    SETTINGS,
+    PolicyReloader,
+    ServeSettings,
+    authz_enabled,
+    load_config_file,
+    load_settings,
+    parse_addr,
+    render_config,
+)
 from extender.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from plugin.config import ConfigError, PolicyConfig
+
+if TYPE_CHECKING:
+    from extender.authz import Authorizer
 
 __all__ = ["main"]
 
@@ -40,33 +59,61 @@ NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Giv
   --demo              the demo cluster shipped with raygate"""
 
 
+class _Given(argparse.Action):
+    """Store the value, and note that the flag was on the command line."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        given: set[str] | None = getattr(namespace, "given", None)
+        if given is None:
+            given = set()
+            namespace.given = given
+        given.add(self.dest)
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags, by ``ServeSettings`` field."""
+    flags: dict[str, Any] = {name: getattr(args, name) for name in getattr(args, "given", ())}
+    for name in ("snapshot", "demo", "kubeconfig", "context", "config_file"):
+        if getattr(args, name):
+            flags["snapshots" if name == "snapshot" else name] = getattr(args, name)
+    return flags
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raygate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the scheduler extender and raygate's API")
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--snapshot", action="append", default=[], metavar="FILE",
-                        help="cluster objects from a YAML/JSON file (repeatable)")
+                        help="cluster objects from a YAML/JSON file (repeatable; env "
+                             f"{ENV_SNAPSHOT}, files separated by {os.pathsep!r})")
     source.add_argument("--demo", action="store_true",
-                        help="serve the demo cluster shipped with raygate")
+                        help=f"serve the demo cluster shipped with raygate (env {ENV_DEMO})")
     source.add_argument("--kubeconfig", metavar="FILE",
                         help="follow the cluster of this kubeconfig (default: in-cluster "
-                             "config, else $KUBECONFIG, else ~/.kube/config)")
-    serve.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
-    serve.add_argument("--config", metavar="FILE", help="YAML config file with a `policy:` section")
-    serve.add_argument("--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT")
-    serve.add_argument("--grpc-addr", default="0.0.0.0:9090", metavar="HOST:PORT")
-    serve.add_argument("--webhook-addr", metavar="HOST:PORT",
-                       help="serve the Ray-pod marker webhook over HTTPS here "
-                            "(needs --tls-cert and --tls-key)")
-    serve.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain)")
-    serve.add_argument("--tls-key", metavar="FILE", help="PEM private key")
-    serve.add_argument("--log-level", default=os.environ.get("RAYGATE_LOG_LEVEL", "info"),
-                       choices=logs.LEVELS)
-    serve.add_argument("--log-format", default=os.environ.get("RAYGATE_LOG_FORMAT", "auto"),
-                       choices=logs.FORMATS,
-                       help="json: one JSON object a line; text: for people; auto (default): "
-                            "text on a terminal, else json")
+                             "config, else $KUBECONFIG, else ~/.kube/config; env "
+                             f"{ENV_KUBECONFIG})")
+    serve.add_argument("--context", metavar="NAME",
+                       help=f"the kubeconfig context to use (env {ENV_CONTEXT})")
+    serve.add_argument("--config", dest="config_file", metavar="FILE",
+                       help=f"YAML config file with `server:` and `policy:` sections (env "
+                            f"{ENV_CONFIG}); its policy is reloaded when it changes")
+    serve.add_argument("--print-config", action="store_true",
+                       help="print the effective settings as a config file, with where each "
+                            "value came from, and exit")
+    # Each flag of the settings table; precedence: flag > RAYGATE_* > config file > default.
+    # The parser's defaults are the documented ones (for --help), but only a flag on the
+    # command line outranks the environment and the file: _Given records which were.
+    defaults = ServeSettings()
+    for setting in SETTINGS:
+        serve.add_argument(
+            setting.flag, dest=setting.name, action=_Given,
+            default=getattr(defaults, setting.name), metavar=setting.metavar or None,
+            choices=setting.choices or None,
+            help=f"{setting.help + '; ' if setting.help else ''}env {setting.env}, file "
+                 f"{setting.file_key}; default {getattr(defaults, setting.name)!r}")
     check = commands.add_parser(
         "check", help="find RayCluster configurations that silently break gang preemption")
     check.add_argument("files", nargs="*", metavar="FILE",
@@ -139,28 +186,39 @@ def _check(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        policy = load_config_file(args.config) if args.config else PolicyConfig()
-        host, port = parse_addr(args.http_addr, "--http-addr")
-        parse_addr(args.grpc_addr, "--grpc-addr")
-        if args.demo:
+        loaded = load_settings(_flags(args), os.environ)
+    except ConfigError as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
+    settings = loaded.settings
+    if args.print_config:
+        print(render_config(loaded, os.environ), end="")
+        return 0
+    connection: Connection | None = None
+    try:
+        host, port = parse_addr(settings.http_addr, "--http-addr")
+        if settings.demo:
             objects, source = load_text(demo_text(), "demo"), "demo cluster"
-        elif args.snapshot:
-            objects, source = load_files(args.snapshot), "snapshot " + ", ".join(args.snapshot)
+        elif settings.snapshots:
+            objects = load_files(settings.snapshots)
+            source = "snapshot " + ", ".join(settings.snapshots)
         else:
             try:
-                connection = load_connection(args.kubeconfig, args.context)
+                connection = load_connection(settings.kubeconfig or None,
+                                             settings.context or None)
             except NoClusterConfig:
                 print(NO_CLUSTER, file=sys.stderr)
                 return 2
             objects, source = None, f"cluster {connection.description}"
+        authorizer = _authorizer(settings, connection)
     except (ConfigError, SnapshotError, ClusterConfigError) as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
-    # Once the arguments hold: a refusal above is a line on stderr, not a log record.
-    logs.configure(args.log_level, args.log_format)
-    cache = ClusterCache(policy, source)
+    # Once the settings hold: a refusal above is a line on stderr, not a log record.
+    logs.configure(settings.log_level, settings.log_format)
+    cache = ClusterCache(settings.policy, source)
     if objects is not None:
-        cache.publish(Snapshot(objects, policy))
+        cache.publish(Snapshot(objects, settings.policy))
         counts = cache.snapshot.counts()
         log.info("loaded %s: %s; ignored %s", source,
                  ", ".join(f"{v} {k}" for k, v in counts.items()),
@@ -168,28 +226,39 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         sock = bind_socket(host, port)
     except OSError as exc:
-        print(f"raygate: cannot listen on {args.http_addr}: {exc.strerror}", file=sys.stderr)
+        print(f"raygate: cannot listen on {settings.http_addr}: {exc.strerror}",
+              file=sys.stderr)
         return 2
     webhook = None
-    if args.webhook_addr:
-        if not (args.tls_cert and args.tls_key):
-            print("raygate: --webhook-addr needs --tls-cert and --tls-key "
-                  "(the API server calls webhooks over HTTPS only)", file=sys.stderr)
-            return 2
+    if settings.webhook_addr:  # load_settings made sure TLS is there
         try:
-            webhook = WebhookListener(bind_socket(*parse_addr(args.webhook_addr,
-                                                              "--webhook-addr")),
-                                      args.tls_cert, args.tls_key)
-        except (OSError, ConfigError) as exc:
-            print(f"raygate: cannot listen on {args.webhook_addr}: {exc}", file=sys.stderr)
+            webhook = WebhookListener(
+                bind_socket(*parse_addr(settings.webhook_addr, "--webhook-addr")),
+                settings.webhook_cert, settings.webhook_key)
+        except OSError as exc:
+            print(f"raygate: cannot listen on {settings.webhook_addr}: {exc.strerror}",
+                  file=sys.stderr)
             return 2
-    server = RaygateServer(cache, sock, args.grpc_addr, webhook=webhook)
+    try:
+        server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
+                               webhook=webhook, authorizer=authorizer)
+    except ConfigError as exc:  # certificate files that cannot be used
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
+    if authorizer is not None:
+        server.metrics.watch_authz(authorizer.counts)
+    log.info("authz %s for the admission-status and explain APIs",
+             "on" if authorizer is not None else "off")
     live = None
-    if objects is None:
+    if connection is not None:
         # Serving starts at once: /readyz answers 503 until every kind is listed.
         live = LiveSource(cache, KubeTransport(connection))
         live.start()
         log.info("following %s", source)
+    reloader = None
+    if loaded.file is not None:
+        reloader = PolicyReloader(loaded.file, cache.set_policy).start()
+        server.metrics.watch_config(reloader.counts)
     try:
         import uvloop
 
@@ -197,9 +266,25 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
         asyncio.run(server.run())
     finally:
+        if reloader is not None:
+            reloader.stop()
         if live is not None:
             live.stop()
+        if authorizer is not None:
+            authorizer.close()
     return 0
+
+
+def _authorizer(settings: ServeSettings, connection: Connection | None) -> Authorizer | None:
+    """The TokenReview/SubjectAccessReview guard of the status APIs, when authz is on."""
+    if not authz_enabled(settings, os.environ):
+        return None
+    if connection is None:  # load_settings refuses `authz: on` with --demo/--snapshot
+        raise ConfigError(["--authz: on needs a cluster to ask"])
+    # Imported here: only a process that checks callers needs it.
+    from extender.authz import Authorizer
+
+    return Authorizer.from_connection(connection, settings.authz_cache_seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,9 +11,14 @@
 
 Both transports return the same types (``extender.wire.admission_status``). Errors are
 ``extender.errors`` types: ``RayClusterNotFound`` (with ``synced``), ``BadRequest``,
-``Unavailable`` when raygate cannot be reached, ``RaygateError`` for anything else. A
+``Unavailable`` when raygate cannot be reached, ``Unauthorized``/``Forbidden`` when
+raygate checks callers and this one may not read, ``RaygateError`` for anything else. A
 client is not thread-safe: use one per thread. Only the standard library and ``grpcio``
 (for ``grpc://``) are needed.
+
+Where raygate checks its callers (in-cluster, by default), a client sends a bearer
+token: ``token=token_file(path)`` reads it from a file on every call, as a pod's service
+account token must be read (the kubelet rotates it).
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ import msgspec
 from extender.errors import (
     GRPC_SYNCED_KEY,
     BadRequest,
+    Forbidden,
     RayClusterNotFound,
     RaygateError,
+    Unauthorized,
     Unavailable,
 )
 from extender.proto.raygate.v1 import admission_pb2 as pb
@@ -44,7 +51,36 @@ from extender.proto.raygate.v1 import admission_pb2_grpc
 from extender.wire import admission_status as wire
 from extender.wire.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
 
-__all__ = ["AdmissionClient", "GrpcAdmissionClient", "HttpAdmissionClient", "Watch", "connect"]
+__all__ = [
+    "SERVICE_ACCOUNT_TOKEN",
+    "AdmissionClient",
+    "GrpcAdmissionClient",
+    "HttpAdmissionClient",
+    "Token",
+    "Watch",
+    "connect",
+    "token_file",
+]
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+"""Where Kubernetes mounts a pod's service account token."""
+
+Token = Callable[[], str | None]
+"""Gives the bearer token to send with a call (None: send none)."""
+
+
+def token_file(path: str) -> Token:
+    """The token in ``path``, read again on every call: a projected service account token
+    is rotated by the kubelet (and a missing file sends no token, the server says 401)."""
+
+    def read() -> str | None:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read().strip() or None
+        except OSError:
+            return None
+
+    return read
 
 
 class AdmissionClient(Protocol):
@@ -72,13 +108,14 @@ class AdmissionClient(Protocol):
         ...
 
 
-def connect(url: str, timeout: float = 10.0) -> HttpAdmissionClient | GrpcAdmissionClient:
+def connect(url: str, timeout: float = 10.0, token: Token | None = None,
+            ) -> HttpAdmissionClient | GrpcAdmissionClient:
     """A client for ``http://host:port`` (raygate's HTTP port) or ``grpc://host:port``."""
     parts = urlsplit(url)
     if parts.scheme in ("http", "https"):
-        return HttpAdmissionClient(url, timeout=timeout)
+        return HttpAdmissionClient(url, timeout=timeout, token=token)
     if parts.scheme == "grpc":
-        return GrpcAdmissionClient(parts.netloc, timeout=timeout)
+        return GrpcAdmissionClient(parts.netloc, timeout=timeout, token=token)
     raise ValueError(f"expected an http://, https:// or grpc:// URL, got {url!r}")
 
 
@@ -155,9 +192,10 @@ class HttpAdmissionClient(_Closing):
     """The HTTP API, one keep-alive connection; ``watch`` long-polls."""
 
     def __init__(self, base_url: str, timeout: float = 10.0, poll_seconds: float = 30.0,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, token: Token | None = None,
+                 ) -> None:
         """``ssl_context``: for ``https://`` (a CA bundle, a client certificate); the
-        system's default context when None."""
+        system's default context when None. ``token``: a bearer token for each call."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected an http:// or https:// URL, got {base_url!r}")
@@ -169,6 +207,7 @@ class HttpAdmissionClient(_Closing):
         self._prefix = parts.path.rstrip("/")
         self.timeout = timeout
         self.poll_seconds = poll_seconds
+        self.token = token
 
     def close(self) -> None:
         self._connection.close()
@@ -182,7 +221,11 @@ class HttpAdmissionClient(_Closing):
             try:
                 if self._connection.sock is not None:
                     self._connection.sock.settimeout(self.timeout + wait)
-                self._connection.request("GET", url, headers={"Accept": "application/json"})
+                headers = {"Accept": "application/json"}
+                bearer = self.token() if self.token is not None else None
+                if bearer:
+                    headers["Authorization"] = f"Bearer {bearer}"
+                self._connection.request("GET", url, headers=headers)
                 response = self._connection.getresponse()
                 return response.status, response.read()
             except (http.client.RemoteDisconnected, BrokenPipeError,
@@ -206,6 +249,10 @@ class HttpAdmissionClient(_Closing):
             raise RayClusterNotFound(namespace, name, error.synced)
         if status == 400:
             raise BadRequest(error.message)
+        if status == 401:
+            raise Unauthorized(error.message)
+        if status == 403:
+            raise Forbidden(error.message)
         if status == 503:
             raise Unavailable(error.message)
         raise RaygateError(f"HTTP {status}: {error.message or error.reason}")
@@ -288,11 +335,16 @@ class GrpcAdmissionClient(_Closing):
     """The gRPC API (``raygate.v1.Admission``) over one channel; ``watch`` streams."""
 
     def __init__(self, target: str, timeout: float = 10.0,
-                 channel: grpc.Channel | None = None) -> None:
+                 channel: grpc.Channel | None = None, token: Token | None = None) -> None:
         self._channel = channel or grpc.insecure_channel(target)
         self._stub = admission_pb2_grpc.AdmissionStub(self._channel)
         self.target = target
         self.timeout = timeout
+        self.token = token
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        bearer = self.token() if self.token is not None else None
+        return (("authorization", f"Bearer {bearer}"),) if bearer else ()
 
     def close(self) -> None:
         self._channel.close()
@@ -306,6 +358,10 @@ class GrpcAdmissionClient(_Closing):
             return RayClusterNotFound(namespace, name, trailer.get(GRPC_SYNCED_KEY) == "true")
         if code is grpc.StatusCode.INVALID_ARGUMENT:
             return BadRequest(details)
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            return Unauthorized(details)
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            return Forbidden(details)
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return Unavailable(f"raygate at {self.target}: {details}")
         return RaygateError(f"gRPC {code.name}: {details}")
@@ -313,7 +369,7 @@ class GrpcAdmissionClient(_Closing):
     def get(self, namespace: str, name: str) -> AdmissionStatus:
         try:
             reply = self._stub.Get(pb.GetRequest(namespace=namespace, name=name),
-                                   timeout=self.timeout)
+                                   timeout=self.timeout, metadata=self._metadata())
         except grpc.RpcError as exc:
             raise self._error(exc, namespace, name) from exc
         return wire.from_proto(reply)
@@ -321,7 +377,7 @@ class GrpcAdmissionClient(_Closing):
     def list(self, namespace: str | None = None) -> AdmissionStatusList:
         try:
             reply = self._stub.List(pb.ListRequest(namespace=namespace or ""),
-                                    timeout=self.timeout)
+                                    timeout=self.timeout, metadata=self._metadata())
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         return wire.list_from_proto(reply)
@@ -329,7 +385,8 @@ class GrpcAdmissionClient(_Closing):
     def watch(self, namespace: str | None = None, name: str | None = None) -> Watch:
         if name is not None and namespace is None:
             raise ValueError("a name needs its namespace")
-        stream = self._stub.Watch(pb.WatchRequest(namespace=namespace or "", name=name or ""))
+        stream = self._stub.Watch(pb.WatchRequest(namespace=namespace or "", name=name or ""),
+                                  metadata=self._metadata())
 
         def cancel() -> None:
             stream.cancel()

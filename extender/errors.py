@@ -7,7 +7,10 @@
     ├── NotFound              no such route or object (HTTP 404)
     │   └── RayClusterNotFound   the admission status of an unknown RayCluster
     ├── MethodNotAllowed      (HTTP 405)
-    └── Unavailable           shutting down, or (extender.client) raygate unreachable (503)
+    ├── Unauthorized          no bearer token, or one the API server rejects (401)
+    ├── Forbidden             authenticated, but RBAC does not allow the read (403)
+    └── Unavailable           shutting down, (extender.client) raygate unreachable, or
+                              (extender.authz) the caller cannot be verified (503)
 
 ``reply_for`` decides, per protocol, how an error reaches the peer: kube-scheduler's
 filter has an ``Error`` field in a 200 reply (with ``ignorable: true`` kube-scheduler
@@ -32,6 +35,7 @@ from extender.wire.scheduler import FilterResult
 __all__ = [
     "GRPC_SYNCED_KEY",
     "BadRequest",
+    "Forbidden",
     "MethodNotAllowed",
     "MissingField",
     "NotFound",
@@ -40,6 +44,7 @@ __all__ = [
     "RayClusterNotFound",
     "RaygateError",
     "Reply",
+    "Unauthorized",
     "Unavailable",
     "grpc_status_for",
     "reply_for",
@@ -85,6 +90,18 @@ class RayClusterNotFound(NotFound):
 class MethodNotAllowed(RaygateError):
     status = 405
     reason = "MethodNotAllowed"
+
+
+class Unauthorized(RaygateError):
+    """The caller is not known (HTTP sends ``WWW-Authenticate: Bearer`` with it)."""
+
+    status = 401
+    reason = "Unauthorized"
+
+
+class Forbidden(RaygateError):
+    status = 403
+    reason = "Forbidden"
 
 
 class Unavailable(RaygateError):
@@ -154,6 +171,8 @@ _GRPC_CODES: tuple[tuple[type[RaygateError], grpc.StatusCode], ...] = (
     (BadRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (PayloadTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (Unauthorized, grpc.StatusCode.UNAUTHENTICATED),
+    (Forbidden, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 

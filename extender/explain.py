@@ -22,6 +22,7 @@ from extender.errors import BadRequest, MissingField, NotFound, RaygateError, gr
 from extender.http import AsyncRoute, Request, Response, Route
 from extender.proto.raygate.v1 import explain_pb2 as pb
 from extender.proto.raygate.v1 import explain_pb2_grpc
+from extender.wire import DECODE_ERRORS
 from extender.wire.kube import Pod
 from plugin.explain import Explanation, explain
 from plugin.model import PodView
@@ -222,7 +223,7 @@ class ExplainService:
     def http_post(self, body: bytes) -> bytes:
         try:
             request = _BODY.decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except DECODE_ERRORS as exc:
             raise BadRequest(f"cannot decode explain request: {exc}") from None
         if request.pod is None:
             raise MissingField("pod")

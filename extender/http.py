@@ -31,6 +31,7 @@ from extender.errors import (
     Protocol,
     RaygateError,
     Reply,
+    Unavailable,
     reply_for,
 )
 from extender.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -42,6 +43,7 @@ from extender.webhook import mutate_ray_pods
 __all__ = [
     "DEFAULT_MAX_BODY",
     "AsyncRoute",
+    "Gate",
     "Request",
     "Response",
     "Route",
@@ -64,6 +66,24 @@ Send = Callable[[Message], Awaitable[None]]
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 
 
+@dataclass(slots=True)
+class Gate:
+    """At most ``limit`` requests of a route in flight; the next ones are answered 503
+    at once, with ``Retry-After``, without reading their bodies.
+
+    A route's handler is synchronous, so two requests overlap only while their bodies
+    arrive: the gate is held from the request's start to its whole body, and a small
+    body that came in one piece holds it for no time at all. What it bounds is the
+    half-arrived bodies buffered at once — Volcano's predicate carries the node's whole
+    NodeInfo, every pod on it included, so a storm of them is a storm of large uploads.
+    """
+
+    limit: int
+    busy: int = 0
+    shed: int = 0
+    """Requests refused so far."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     method: bytes
@@ -74,6 +94,8 @@ class Route:
     discard_body: bool = False
     """Read the body past any size limit and drop it unparsed (Volcano's session hooks
     send the whole cluster; raygate answers them without looking)."""
+    gate: Gate | None = None
+    """Bounds the requests in flight on this route (Volcano's predicate storm)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,18 +175,24 @@ class _Health(msgspec.Struct):
     absent: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
-def health_routes(cache: ClusterCache) -> dict[str, Route]:
-    """``/healthz`` (the process is alive) and ``/readyz`` (the cache is loaded)."""
+def health_routes(
+    cache: ClusterCache, shutting_down: Callable[[], bool] = lambda: False,
+) -> dict[str, Route]:
+    """``/healthz`` (the process is alive) and ``/readyz`` (the cache is loaded, and the
+    server is not shutting down)."""
 
     def healthz(_: bytes) -> bytes:
+        # Stays 200 while shutting down: the kubelet must not restart a draining pod.
         return b'{"status":"ok"}'
 
     def readyz(_: bytes) -> Reply:
-        status = "ready" if cache.ready else "not-ready"
+        ready = cache.ready and not shutting_down()
+        status = ("shutting-down" if shutting_down() else
+                  "ready" if cache.ready else "not-ready")
         body = _Health(status=status, source=cache.source, objects=cache.snapshot.counts())
         if cache.sync is not None:
             body.kinds, body.absent = cache.sync.report(), cache.sync.absent()
-        return (200 if cache.ready else 503), msgspec.json.encode(body), JSON
+        return (200 if ready else 503), msgspec.json.encode(body), JSON
 
     return {"/healthz": Route(b"GET", healthz), "/readyz": Route(b"GET", readyz)}
 
@@ -178,13 +206,17 @@ def scheduler_routes(scheduler: SchedulerExtender) -> dict[str, Route]:
     }
 
 
-def volcano_routes(volcano: VolcanoExtender) -> dict[str, Route]:
+def volcano_routes(
+    volcano: VolcanoExtender, predicate_gate: Gate | None = None,
+) -> dict[str, Route]:
     """Volcano's extender plugin verbs under ``/volcano/``, named as the verbs in the
-    README's volcano-scheduler.conf."""
+    README's volcano-scheduler.conf. ``predicate_gate`` bounds the predicate calls in
+    flight: Volcano makes one per (task, node)."""
     return {
         "/volcano/onSessionOpen": Route(b"POST", volcano.session, discard_body=True),
         "/volcano/onSessionClose": Route(b"POST", volcano.session, discard_body=True),
-        "/volcano/predicate": Route(b"POST", volcano.predicate, Protocol.VOLCANO_PREDICATE),
+        "/volcano/predicate": Route(b"POST", volcano.predicate, Protocol.VOLCANO_PREDICATE,
+                                    gate=predicate_gate),
         "/volcano/prioritize": Route(b"POST", volcano.prioritize, Protocol.VOLCANO_PRIORITIZE),
         "/volcano/preemptable": Route(b"POST", volcano.victims, Protocol.VOLCANO_VICTIMS),
         "/volcano/reclaimable": Route(b"POST", volcano.victims, Protocol.VOLCANO_VICTIMS),
@@ -219,6 +251,9 @@ def create_app(
     if metrics is not None:
         timers = {path: metrics.route(path) for path in routes}
         other = metrics.route(OTHER_ROUTE)
+        for path, route in plain.items():
+            if route.gate is not None:
+                metrics.watch_gate(path, route.gate)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -244,7 +279,19 @@ def create_app(
                 scope["method"] == "HEAD" and route.method == b"GET"
             ):
                 raise MethodNotAllowed(f"{scope['path']} accepts {route.method.decode()}")
-            request = await _read_body(scope, receive, None if route.discard_body else max_body)
+            gate = route.gate
+            if gate is None:
+                request = await _read_body(
+                    scope, receive, None if route.discard_body else max_body)
+            elif gate.busy >= gate.limit:
+                await _shed(gate, scope, send, timer, started)
+                return
+            else:
+                gate.busy += 1
+                try:
+                    request = await _read_body(scope, receive, max_body)
+                finally:
+                    gate.busy -= 1
             result = route.handler(request)
             if isinstance(result, bytes):
                 status, body, content_type = 200, result, route.content_type
@@ -323,6 +370,33 @@ async def _serve_async(
     await send({"type": "http.response.body", "body": response.body})
     if timer is not None:
         timer.done(response.status, perf_counter() - started)
+
+
+RETRY_AFTER_SECONDS = 1
+"""What a refused request is told to wait: about one Volcano scheduling period."""
+
+
+async def _shed(gate: Gate, scope: Scope, send: Send,
+                timer: RouteMetrics | None, started: float) -> None:
+    """503 at once, in plain HTTP whatever the route's protocol: Volcano's extender client
+    reads only the status of a non-200 (``send`` in pkg/scheduler/plugins/extender), so a
+    predicate refused here fails this node for the task in this session, or — with
+    ``extender.ignorable: true`` — passes it, as any raygate error does."""
+    gate.shed += 1
+    if gate.shed == 1 or gate.shed % 1000 == 0:  # a storm must not become a log storm
+        log.warning("%s: %d requests in flight, the limit; refused %d so far",
+                    scope["path"], gate.limit, gate.shed)
+    error = Unavailable(f"{gate.limit} requests to {scope['path']} are in flight, the "
+                        f"limit; retry after {RETRY_AFTER_SECONDS}s")
+    status, body, content_type = reply_for(error, Protocol.RAYGATE)
+    # The unread body is parsed and dropped by the server as it arrives; the connection
+    # stays usable for the next request.
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(RETRY_AFTER_SECONDS).encode())]})
+    await send({"type": "http.response.body", "body": body})
+    if timer is not None:
+        timer.done(status, perf_counter() - started)
 
 
 def _internal(route: Route | None) -> Reply:

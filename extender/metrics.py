@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -41,7 +41,10 @@ from plugin.placement import Rule
 
 if TYPE_CHECKING:  # extender.admission_api imports extender.http, which imports us
     from extender.admission_api import AdmissionService
+    from extender.authz import AuthzCounts
     from extender.cache import ClusterCache, KindReport
+    from extender.http import Gate
+    from extender.tls import CertReloader
 
 __all__ = [
     "CONTENT_TYPE",
@@ -232,10 +235,18 @@ class Metrics:
             "raygate_fail_open", "Inputs raygate did not know and let through, by verb and "
             "cause: unknown-node, unknown-raycluster (treated as floor), unknown-victim.",
             ["verb", "cause"])
+        self.requests_timed_out = _Counter(
+            "raygate_requests_timed_out",
+            "Connections closed because a request's head and body did not arrive within "
+            "the header timeout (a stalled or very slow client), by listener.",
+            ["listener"])
         r.register(_Families([
             self.request_seconds, self.requests, self.request_errors, self.decisions,
-            self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open]))
+            self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open,
+            self.requests_timed_out]))
         ProcessCollector(namespace="raygate", registry=r)
+        self._limits = _LimitCollector()
+        r.register(self._limits)
 
     def route(self, path: str) -> RouteMetrics:
         return RouteMetrics(self, path)
@@ -250,6 +261,23 @@ class Metrics:
     def watch_admission(self, service: AdmissionService) -> None:
         """Pods per admission state and RayCluster, read at scrape time."""
         self.registry.register(_AdmissionCollector(service))
+
+    def watch_gate(self, route: str, gate: Gate) -> None:
+        """A route's concurrency bound: requests refused and in flight, read at scrape
+        time (the request path only counts in the gate itself)."""
+        self._limits.gates.append((route, gate))
+
+    def watch_tls(self, listener: str, reloader: CertReloader) -> None:
+        """Certificate reloads of a listener, read at scrape time."""
+        self._limits.certificates.append((listener, reloader))
+
+    def watch_authz(self, counts: AuthzCounts) -> None:
+        """What the status APIs' authorizer decided and asked, read at scrape time."""
+        self.registry.register(_AuthzCollector(counts))
+
+    def watch_config(self, counts: Mapping[str, int]) -> None:
+        """Config file reloads by result (``ok``, ``failed``), read at scrape time."""
+        self._limits.config_reloads = counts
 
     def exposition(self, _: bytes = b"") -> bytes:
         """The text exposition (the ``/metrics`` route's handler)."""
@@ -318,3 +346,65 @@ class _AdmissionCollector(Collector):
             for state, count in sorted(states.items()):
                 pods.add_metric([namespace, name, state], count)
         yield pods
+
+
+class _LimitCollector(Collector):
+    def __init__(self) -> None:
+        self.gates: list[tuple[str, Gate]] = []
+        self.certificates: list[tuple[str, CertReloader]] = []
+        self.config_reloads: Mapping[str, int] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        shed = CounterMetricFamily(
+            "raygate_requests_shed",
+            "Requests answered 503 at once because the route's concurrency limit "
+            "(--predicate-concurrency for /volcano/predicate) was reached, by route.",
+            labels=["route"])
+        busy = GaugeMetricFamily("raygate_requests_in_flight",
+                                 "Requests holding a slot of the route's concurrency limit.",
+                                 labels=["route"])
+        for route, gate in self.gates:
+            shed.add_metric([route], gate.shed)
+            busy.add_metric([route], gate.busy)
+        reloads = CounterMetricFamily(
+            "raygate_tls_reloads",
+            "Certificate files that changed, by listener and result: loaded (new "
+            "handshakes use them) or failed (the previous certificate stays in use).",
+            labels=["listener", "result"])
+        for listener, reloader in self.certificates:
+            reloads.add_metric([listener, "loaded"], reloader.reloads)
+            reloads.add_metric([listener, "failed"], reloader.failures)
+        config = CounterMetricFamily(
+            "raygate_config_reloads",
+            "Reloads of the config file's policy after it changed, by result: ok (in use) "
+            "or failed (the previous policy stays; the log says why).", labels=["result"])
+        for result, count in sorted(self.config_reloads.items()):
+            config.add_metric([result], count)
+        return [shed, busy, reloads, config]
+
+
+class _AuthzCollector(Collector):
+    def __init__(self, counts: AuthzCounts) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        decisions = CounterMetricFamily(
+            "raygate_authz_decisions",
+            "Callers of the status APIs by outcome: allowed, unauthenticated, forbidden, "
+            "unavailable (the API server could not be asked: callers get 503).",
+            labels=["outcome"])
+        for outcome, count in sorted(self.counts.decisions.items()):
+            decisions.add_metric([outcome], count)
+        reviews = CounterMetricFamily(
+            "raygate_authz_reviews",
+            "TokenReviews and SubjectAccessReviews raygate created, by kind and result.",
+            labels=["kind", "result"])
+        for (kind, result), count in sorted(self.counts.reviews.items()):
+            reviews.add_metric([kind, result], count)
+        hits = CounterMetricFamily(
+            "raygate_authz_cache_hits",
+            "Answers taken from the authorizer's cache instead of a review, by kind.",
+            labels=["kind"])
+        for kind, count in sorted(self.counts.cache_hits.items()):
+            hits.add_metric([kind], count)
+        return [decisions, reviews, hits]

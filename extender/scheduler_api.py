@@ -18,7 +18,7 @@ from extender import convert
 from extender.cache import ClusterCache, Snapshot
 from extender.errors import BadRequest, MissingField
 from extender.metrics import Metrics, VerbMetrics
-from extender.wire import kube
+from extender.wire import DECODE_ERRORS, kube
 from extender.wire import scheduler as wire
 from plugin.classify import gpu_node_reason
 from plugin.model import PodView, Role
@@ -44,7 +44,7 @@ def _request_pod(pod: kube.Pod | msgspec.UnsetType | None) -> PodView:
 def _decode(decoder: Callable[[bytes], Any], body: bytes) -> Any:
     try:
         return decoder(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except DECODE_ERRORS as exc:
         raise BadRequest(f"cannot decode request: {exc}") from None
 
 
@@ -57,7 +57,7 @@ def _nodes_from_list(
     for i, raw in enumerate(raw_items):
         try:
             node = convert.node_view(wire.decode_node(raw), f"$.Nodes.items[{i}]")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except DECODE_ERRORS as exc:
             raise BadRequest(f"cannot decode $.Nodes.items[{i}]: {exc}") from None
         except convert.ConversionError as exc:
             raise BadRequest(str(exc)) from None
@@ -143,7 +143,8 @@ class SchedulerExtender:
         if isinstance(names, list):
             # Nodes the cache has never seen get no entry: no opinion, their in-tree
             # scores stand.
-            entries = [e for e in map(snap.prioritize_entries.get, names) if e is not None]
+            # C-level: entries are non-empty bytes, so filter(None) drops just the unknown.
+            entries = list(filter(None, map(snap.prioritize_entries.get, names)))
             if len(entries) < len(names):
                 self._prioritize_metrics.unknown_nodes.inc(len(names) - len(entries))
             return b"[" + b",".join(entries) + b"]"

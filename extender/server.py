@@ -1,4 +1,12 @@
-"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop."""
+"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop.
+
+Lifecycle (``stop``, on SIGTERM/SIGINT): ``/readyz`` answers 503 "shutting-down" and gRPC
+health NOT_SERVING at once; after ``shutdown_delay_seconds`` (time for the endpoints
+controller to take the pod out of its Services) the listeners close, long-polls and
+Watch streams end with what they have, and in-flight requests get
+``shutdown_grace_seconds`` to finish before they are cut; ``run`` then returns. A second
+signal cuts at once.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +15,11 @@ import contextlib
 import logging
 import signal
 import socket
+import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import grpc
 import uvicorn
@@ -18,13 +28,14 @@ from grpc_reflection.v1alpha import reflection
 
 from extender.admission_api import AdmissionService, admission_routes
 from extender.cache import ClusterCache
+from extender.deadlines import DeadlineProtocol, sweep
 from extender.explain import SERVICE_NAME as EXPLAIN_SERVICE
 from extender.explain import ExplainService, add_explain_service, explain_routes
 from extender.grpc_api import SERVICE_NAME as ADMISSION_SERVICE
 from extender.grpc_api import add_admission_service
 from extender.http import (
-    DEFAULT_MAX_BODY,
     AsyncRoute,
+    Gate,
     Route,
     create_app,
     health_routes,
@@ -35,11 +46,18 @@ from extender.http import (
 )
 from extender.metrics import Metrics
 from extender.scheduler_api import SchedulerExtender
+from extender.settings import ServeSettings
+from extender.tls import CertReloader, TlsFiles
 from extender.volcano_api import VolcanoExtender
+from plugin.config import ConfigError
 
-__all__ = ["RaygateServer", "WebhookListener", "bind_socket"]
+__all__ = ["AccessGuard", "RaygateServer", "WebhookListener", "bind_socket"]
 
 log = logging.getLogger("raygate.server")
+
+CERT_POLL_SECONDS = 5.0
+"""How often certificate files are checked for change. A Secret volume is updated within
+the kubelet's sync period (about a minute) anyway."""
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -60,12 +78,65 @@ class WebhookListener:
     key_file: str
 
 
+class AccessGuard(Protocol):
+    """Who may read admission status and explanations (``extender.authz.Authorizer``)."""
+
+    def guard_routes(
+        self, routes: dict[str, Route | AsyncRoute],
+    ) -> dict[str, Route | AsyncRoute]: ...
+
+    def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]: ...
+
+
 class _HttpServer(uvicorn.Server):
+    """uvicorn's server with raygate's signal handling and request deadlines."""
+
+    def __init__(self, config: uvicorn.Config, name: str, header_timeout: float,
+                 metrics: Metrics) -> None:
+        super().__init__(config)
+        self.header_timeout = header_timeout
+        self.timed_out = metrics.requests_timed_out.labels(name)
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # raygate handles SIGTERM/SIGINT itself for both servers and exits 0; uvicorn's
         # own handling re-raises the signal after shutdown (exit status -15).
         yield
+
+    async def on_tick(self, counter: int) -> bool:
+        # uvicorn ticks every 0.1 s: request deadlines are checked here, not per request.
+        closed = sweep(self.server_state.connections, self.header_timeout,
+                       asyncio.get_running_loop().time())
+        if closed:
+            self.timed_out.inc(closed)
+        should_exit: bool = await super().on_tick(counter)
+        return should_exit
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn closes the listener, lets in-flight requests finish within
+        # timeout_graceful_shutdown and then cancels them, but leaves their connections
+        # open: cut them, so that nobody waits on a server that has gone.
+        await super().shutdown(sockets=sockets)
+        for connection in list(self.server_state.connections):
+            connection.transport.close()
+
+
+def _http_config(app: Callable[..., Any], settings: ServeSettings,
+                 context: ssl.SSLContext | None) -> uvicorn.Config:
+    config = uvicorn.Config(
+        app,
+        http=DeadlineProtocol,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        # kube-scheduler keeps its connections alive between scheduling cycles.
+        timeout_keep_alive=75,
+        # Our own context (not file names): its certificate follows the files.
+        ssl_context_factory=None if context is None else (lambda _config, _default: context),
+    )
+    # uvicorn hands this to asyncio.wait_for, which takes float seconds.
+    config.timeout_graceful_shutdown = settings.shutdown_grace_seconds  # type: ignore[assignment]
+    return config
 
 
 class RaygateServer:
@@ -77,15 +148,21 @@ class RaygateServer:
         http_sock: socket.socket,
         grpc_addr: str,
         *,
+        settings: ServeSettings = ServeSettings(),  # noqa: B008 - frozen, never mutated
         scheduler: SchedulerExtender | None = None,
-        max_body: int = DEFAULT_MAX_BODY,
         webhook: WebhookListener | None = None,
+        authorizer: AccessGuard | None = None,
+        cert_poll_seconds: float = CERT_POLL_SECONDS,
     ) -> None:
         self.cache = cache
+        self.settings = settings
         self.http_sock = http_sock
         self.http_port: int = http_sock.getsockname()[1]
         self.grpc_addr = grpc_addr
         self.grpc_port = 0
+        self.cert_poll_seconds = cert_poll_seconds
+        self.shutting_down = False
+        """Set by ``stop``: /readyz answers 503 from then on."""
         # A registry per server: several servers in one process count apart.
         self.metrics = Metrics()
         self.scheduler = scheduler or SchedulerExtender(cache)
@@ -96,92 +173,176 @@ class RaygateServer:
         self.explain = ExplainService(cache, self.scheduler.clock)
         self.metrics.watch_cache(cache)
         self.metrics.watch_admission(self.admission)
-        # Every HTTP route raygate serves; each API module contributes its own.
-        routes: dict[str, Route | AsyncRoute] = {
-            **health_routes(cache),
-            **metrics_routes(self.metrics),
-            **scheduler_routes(self.scheduler),
-            **volcano_routes(VolcanoExtender(cache, self.scheduler.clock, self.metrics)),
-            **admission_routes(self.admission),
+        self.tls = _main_tls(settings)
+        if self.tls is not None:
+            self.metrics.watch_tls("main", self.tls)
+        # Pod names and scheduling reasons: behind the authorizer when there is one. The
+        # OpenAPI document describes the API and holds no cluster data.
+        private: dict[str, Route | AsyncRoute] = {
+            **{p: r for p, r in admission_routes(self.admission).items()
+               if p != "/openapi.json"},
             **explain_routes(self.explain),
         }
-        config = uvicorn.Config(
-            create_app(routes, max_body, self.metrics),
-            http="httptools",
-            lifespan="off",
-            access_log=False,
-            log_config=None,
-            # kube-scheduler keeps its connections alive between scheduling cycles.
-            timeout_keep_alive=75,
-        )
-        self._http = _HttpServer(config)
+        if authorizer is not None:
+            private = authorizer.guard_routes(private)
+        self.authorizer = authorizer
+        # Every HTTP route raygate serves; each API module contributes its own.
+        routes: dict[str, Route | AsyncRoute] = {
+            **health_routes(cache, lambda: self.shutting_down),
+            **metrics_routes(self.metrics),
+            **scheduler_routes(self.scheduler),
+            **volcano_routes(VolcanoExtender(cache, self.scheduler.clock, self.metrics),
+                             Gate(settings.predicate_concurrency)),
+            **admission_routes(self.admission),
+            **private,
+        }
+        self._http = _HttpServer(
+            _http_config(create_app(routes, settings.max_body_bytes, self.metrics),
+                         settings, None if self.tls is None else self.tls.listener_context()),
+            "main", settings.header_timeout_seconds, self.metrics)
         self._grpc: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
         self._webhook: _HttpServer | None = None
+        self._webhook_tls: CertReloader | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Future[None] | None = None
         self.webhook = webhook
         if webhook is not None:
             # The API server calls admission webhooks over HTTPS only: a listener of its
-            # own, so the scheduler path on the main port stays plain HTTP on localhost.
-            self._webhook = _HttpServer(uvicorn.Config(
-                create_app({**health_routes(cache), **webhook_routes()}, max_body),
-                http="httptools", lifespan="off", access_log=False, log_config=None,
-                ssl_certfile=webhook.cert_file, ssl_keyfile=webhook.key_file,
-            ))
+            # own, whatever the main port serves.
+            self._webhook_tls = CertReloader(
+                TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
+            self.metrics.watch_tls("webhook", self._webhook_tls)
+            self._webhook = _HttpServer(
+                _http_config(create_app({**health_routes(cache, lambda: self.shutting_down),
+                                         **webhook_routes()}, settings.max_body_bytes),
+                             settings, self._webhook_tls.listener_context()),
+                "webhook", settings.header_timeout_seconds, self.metrics)
 
     async def run(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
         if threading.current_thread() is threading.main_thread():
-            loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        self._grpc = grpc.aio.server()
-        health_servicer = health.aio.HealthServicer()
+        interceptors = [] if self.authorizer is None else self.authorizer.grpc_interceptors()
+        self._grpc = grpc.aio.server(interceptors=interceptors)
+        health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
         add_admission_service(self.admission, self._grpc)
         add_explain_service(self.explain, self._grpc)
         reflection.enable_server_reflection(
             (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
             self._grpc)
-        self.grpc_port = self._grpc.add_insecure_port(self.grpc_addr)
+        if self.tls is None:
+            self.grpc_port = self._grpc.add_insecure_port(self.grpc_addr)
+        else:
+            self.grpc_port = self._grpc.add_secure_port(
+                self.grpc_addr, self.tls.grpc_credentials())
         # Long-polls and Watch streams wait on this loop; the cache may publish from any
         # thread, and the service hops onto the loop with call_soon_threadsafe.
-        self.admission.attach(asyncio.get_running_loop())
+        self.admission.attach(loop)
         await self._grpc.start()
+
         async def set_health() -> None:
             status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
                       else health_pb2.HealthCheckResponse.NOT_SERVING)
             for service in ("", ADMISSION_SERVICE, EXPLAIN_SERVICE):
+                # Ignored once shutting down (enter_graceful_shutdown is final).
                 await health_servicer.set(service, status)
 
         await set_health()
-        # The cache becomes ready after start when it lists a live cluster: follow it.
-        loop = asyncio.get_running_loop()
 
+        # The cache becomes ready after start when it lists a live cluster: follow it.
         def follow(_: object) -> None:
             loop.call_soon_threadsafe(lambda: asyncio.ensure_future(set_health()))
 
         stop_following = self.cache.add_listener(follow)
-        log.info("serving HTTP on %s:%d, gRPC on port %d (%s)",
-                 *self.http_sock.getsockname()[:2], self.grpc_port, self.cache.source)
+        log.info("serving HTTP%s on %s:%d, gRPC%s on port %d (%s)",
+                 "S" if self.tls else "", *self.http_sock.getsockname()[:2],
+                 " (TLS)" if self.tls else "", self.grpc_port, self.cache.source)
         servers = [self._http.serve(sockets=[self.http_sock])]
         if self._webhook is not None and self.webhook is not None:
             servers.append(self._webhook.serve(sockets=[self.webhook.sock]))
         serving = asyncio.ensure_future(asyncio.gather(*servers))
+        polling = asyncio.ensure_future(self._poll_certificates())
         while not self._http.started and not serving.done():
             await asyncio.sleep(0.005)
         self.started.set()
+        if self.shutting_down and self._shutdown is None:  # stop() came before the loop
+            self._shutdown = asyncio.ensure_future(self._drain())
         try:
             await serving
         finally:
+            polling.cancel()
             stop_following()
             self.admission.close()
-            await health_servicer.enter_graceful_shutdown()
-            await self._grpc.stop(grace=5)
+            if self._shutdown is not None:
+                await self._shutdown  # the gRPC server's own grace
+            else:  # the HTTP server ended without stop(): a failure, nothing to drain
+                await health_servicer.enter_graceful_shutdown()
+                await self._grpc.stop(grace=None)
 
     def stop(self) -> None:
-        """Ask both servers to finish in-flight requests and exit; safe from any thread
-        through ``loop.call_soon_threadsafe``."""
+        """Begin the shutdown (see the module's doc); call on the server's loop (a signal
+        handler, or ``loop.call_soon_threadsafe``). A second call cuts at once."""
+        if self.shutting_down:
+            log.warning("stopping now: in-flight requests are cut")
+            for server in (self._http, self._webhook):
+                if server is not None:
+                    server.force_exit = True
+                    server.should_exit = True
+            if self._shutdown is not None:
+                self._shutdown.cancel()  # no more delay, no more grace
+                self._shutdown = asyncio.ensure_future(self._cut())
+            return
+        self.shutting_down = True
+        if self._loop is not None:
+            self._shutdown = asyncio.ensure_future(self._drain())
+
+    async def _cut(self) -> None:
+        self.admission.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=None)
+
+    async def _drain(self) -> None:
+        settings = self.settings
+        log.info("shutting down: not ready now, closing listeners in %gs, then %gs for "
+                 "in-flight requests", settings.shutdown_delay_seconds,
+                 settings.shutdown_grace_seconds)
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if settings.shutdown_delay_seconds > 0:
+            # Keep serving everything but /readyz while the endpoints controller and the
+            # load balancers catch up: a scheduler may still send a request or two.
+            await asyncio.sleep(settings.shutdown_delay_seconds)
         # Long-polls and Watch streams end now with what they have; the servers' graceful
         # shutdown would otherwise wait for them.
         self.admission.close()
-        self._http.should_exit = True
-        if self._webhook is not None:
-            self._webhook.should_exit = True
+        for server in (self._http, self._webhook):
+            if server is not None:
+                server.should_exit = True  # uvicorn: close the listener, drain, then cut
+        if self._grpc is not None:
+            # New RPCs are refused at once; those in flight are cancelled after the grace.
+            await self._grpc.stop(grace=settings.shutdown_grace_seconds)
+
+    async def _poll_certificates(self) -> None:
+        reloaders = [r for r in (self.tls, self._webhook_tls) if r is not None]
+        if not reloaders:
+            return
+        while True:
+            await asyncio.sleep(self.cert_poll_seconds)
+            for reloader in reloaders:
+                reloader.check()
+
+
+def _main_tls(settings: ServeSettings) -> CertReloader | None:
+    if not settings.tls_cert and not settings.tls_key:
+        if settings.client_ca:
+            raise ConfigError(["client_ca: client certificates need TLS: set tls_cert and "
+                               "tls_key too"])
+        return None
+    if not (settings.tls_cert and settings.tls_key):
+        missing = "tls_key" if settings.tls_cert else "tls_cert"
+        raise ConfigError([f"{missing}: TLS needs both tls_cert and tls_key"])
+    return CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
+                        "TLS")

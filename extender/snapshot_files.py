@@ -19,7 +19,7 @@ import yaml
 
 from extender import convert
 from extender.cache import ClusterObjects
-from extender.wire import kube
+from extender.wire import DECODE_ERRORS, kube
 from plugin.model import NodeView, PodGroupView, PodView, RayClusterView, WorkloadView
 
 __all__ = ["SnapshotError", "demo_text", "load_files", "load_text", "read_documents"]
@@ -72,11 +72,11 @@ def _documents(text: str, where: str) -> list[Any]:
         # `kubectl get -o json`: msgspec parses JSON ~20x faster than a YAML loader.
         try:
             return [msgspec.json.decode(text)]
-        except msgspec.DecodeError:
+        except DECODE_ERRORS:
             pass  # not plain JSON after all (e.g. YAML flow style): try YAML
     try:
         return list(yaml.load_all(text, Loader=_Loader))
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         raise SnapshotError(f"{where}: not valid YAML or JSON: {exc}") from None
 
 
@@ -130,7 +130,8 @@ class _Builder:
         if known is None or api_version not in known[0]:
             self.ignored[f"{api_version}/{kind}"] += 1
             return
-        name = (obj.get("metadata") or {}).get("name", "?")
+        meta = obj.get("metadata")
+        name = meta.get("name", "?") if isinstance(meta, dict) else "?"
         where = f"{location} ({kind} {name})"
         try:
             wire = msgspec.convert(obj, type=known[1], strict=False)

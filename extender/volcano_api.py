@@ -21,7 +21,7 @@ from extender.cache import ClusterCache, Snapshot
 from extender.errors import BadRequest, MissingField
 from extender.metrics import Metrics, VerbMetrics
 from extender.scheduler_api import decide_counted
-from extender.wire import kube
+from extender.wire import DECODE_ERRORS, kube
 from extender.wire import volcano as wire
 from plugin.classify import gpu_node_reason
 from plugin.model import PodView
@@ -49,7 +49,7 @@ ABSTAIN = _encode(wire.VoteResponse(status=0))
 def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, verb: str) -> Any:
     try:
         return decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except DECODE_ERRORS as exc:
         raise BadRequest(f"cannot decode {verb} request: {exc}") from None
 
 
@@ -95,7 +95,7 @@ class VolcanoExtender:
             return False
         try:
             view = convert.node_view(_NODE.decode(node.node), f"{path}.Node")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except DECODE_ERRORS as exc:
             raise BadRequest(f"cannot decode {path}.Node: {exc}") from None
         except convert.ConversionError as exc:
             raise BadRequest(str(exc)) from None
@@ -148,7 +148,7 @@ class VolcanoExtender:
         for i, raw in enumerate(raw_evictees):
             try:
                 task = _TASK.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except DECODE_ERRORS as exc:
                 raise BadRequest(f"cannot decode $.evictees[{i}]: {exc}") from None
             evictees.append(_task_pod(task, f"evictees[{i}]"))
         vote = volcano_victims(evictor, evictees, self.cache.snapshot)

@@ -14,6 +14,7 @@ import logging
 import msgspec
 
 from extender.errors import BadRequest, MissingField
+from extender.wire import DECODE_ERRORS
 from extender.wire import admission_review as wire
 from plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE
 
@@ -57,7 +58,7 @@ def _patch(pod: wire.PodForPatch) -> list[dict[str, object]]:
 def mutate_ray_pods(body: bytes) -> bytes:
     try:
         review = _REVIEW.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except DECODE_ERRORS as exc:
         raise BadRequest(f"cannot decode AdmissionReview: {exc}") from None
     request = review.request
     if request is None or not request.uid:

@@ -12,7 +12,12 @@ It speaks what raygate's list/watch relies on, as kube-apiserver does:
   an ``ERROR`` event with a 410 Status (as the watch cache answers), or an HTTP 410;
   the stream ends cleanly after ``timeoutSeconds``;
 * discovery of the custom resources installed (``GET /apis/<group>/<version>``), 404
-  for the others; bearer-token auth (401 without it).
+  for the others; bearer-token auth (401 without it);
+* ``POST`` TokenReviews (``authentication.k8s.io/v1``) and SubjectAccessReviews
+  (``authorization.k8s.io/v1``), validated as kube-apiserver validates them, answered
+  from a table of tokens (``users``) and of grants (``grant``), as RBAC would: a grant
+  with namespace "" (a ClusterRoleBinding) allows every namespace, and a subject is a
+  user name or one of its groups.
 
 And the faults a client must survive, on demand: dropped connections, a restart (all
 connections cut, the port refused until ``start``, the history lost), compaction,
@@ -42,12 +47,34 @@ from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 
-__all__ = ["CORE", "CRDS", "ApiServerDouble", "Collection", "kubeconfig_text"]
+__all__ = [
+    "ACCESS_REVIEWS",
+    "CORE",
+    "CRDS",
+    "TOKEN_REVIEWS",
+    "ApiServerDouble",
+    "Collection",
+    "ReviewUser",
+    "kubeconfig_text",
+]
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
 
 RV_PLACEHOLDER = b"__RV__"
+
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+@dataclass(frozen=True)
+class ReviewUser:
+    """What a TokenReview answers for a token the double knows."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,6 +162,15 @@ class ApiServerDouble:
         self.bookmark_on_timeout = True
         self.requests: list[tuple[str, dict[str, str]]] = []
         """(path, query) of every request, in order."""
+        self.users: dict[str, ReviewUser] = {}
+        """TokenReview: token -> the user it authenticates; any other token is rejected."""
+        self.grants: set[tuple[str, str, str, str]] = set()
+        """SubjectAccessReview: (subject, verb, namespace, resource) allowed; see ``grant``."""
+        self.reviews: list[tuple[str, Obj]] = []
+        """(path, body) of every review POSTed, in order."""
+        self.review_gate = threading.Event()
+        """Reviews are answered only while set (clear it to hold them: a slow server)."""
+        self.review_gate.set()
         self._lock = threading.RLock()
         self._rv = 1000
         self._stores: dict[str, _Store] = {c.path: _Store(c) for c in CORE}
@@ -260,6 +296,29 @@ class ApiServerDouble:
 
     def count(self, collection: Collection) -> int:
         return len(self._store(collection).objects)
+
+    # --- reviews --------------------------------------------------------------------------
+    def grant(self, subject: str, verb: str, resource: str, namespace: str = "") -> None:
+        """Allow ``subject`` (a user name or a group) ``verb`` on ``resource`` in
+        ``namespace``; "" for every namespace, as a ClusterRoleBinding does."""
+        with self._lock:
+            self.grants.add((subject, verb, namespace, resource))
+
+    def allowed(self, user: str, groups: Iterable[str], verb: str, namespace: str,
+                resource: str) -> bool:
+        with self._lock:
+            return any((subject, verb, where, resource) in self.grants
+                       for subject in (user, *groups) for where in {namespace, ""})
+
+    def review_count(self, path: str) -> int:
+        with self._lock:
+            return sum(1 for p, _ in self.reviews if p == path)
+
+    def fail_path(self, path: str, code: int, count: int = 1,
+                  reason: str = "InternalError") -> None:
+        """Answer the next ``count`` requests to ``path`` with an error Status."""
+        with self._lock:
+            self._failures.setdefault(path, []).extend([(code, reason)] * count)
 
     # --- faults ---------------------------------------------------------------------------
     def compact(self) -> None:
@@ -429,6 +488,53 @@ class ApiServerDouble:
             return 200, b"", watch
 
 
+def _token_review(owner: ApiServerDouble, review: Any) -> Obj | str:
+    """The TokenReview with its status, or why kube-apiserver would refuse it."""
+    if not isinstance(review, dict) or review.get("apiVersion") != "authentication.k8s.io/v1" \
+            or review.get("kind") != "TokenReview":
+        return "expected a TokenReview of authentication.k8s.io/v1"
+    token = (review.get("spec") or {}).get("token")
+    if not isinstance(token, str) or not token:
+        return "spec.token: Required value"
+    user = owner.users.get(token)
+    # As kube-apiserver answers: every status field is omitempty.
+    status: Obj = {"user": {}}
+    if user is not None:
+        info: Obj = {"username": user.username, "groups": list(user.groups)}
+        if user.uid:
+            info["uid"] = user.uid
+        if user.extra:
+            info["extra"] = user.extra
+        status = {"authenticated": True, "user": info}
+    return {**review, "metadata": {"creationTimestamp": None}, "status": status}
+
+
+def _access_review(owner: ApiServerDouble, review: Any) -> Obj | str:
+    """The SubjectAccessReview with its status, or why kube-apiserver would refuse it."""
+    if not isinstance(review, dict) or review.get("apiVersion") != "authorization.k8s.io/v1" \
+            or review.get("kind") != "SubjectAccessReview":
+        return "expected a SubjectAccessReview of authorization.k8s.io/v1"
+    spec = review.get("spec") or {}
+    attributes = spec.get("resourceAttributes")
+    if not isinstance(attributes, dict) and not spec.get("nonResourceAttributes"):
+        return "spec.resourceAttributes: exactly one of resourceAttributes and " \
+               "nonResourceAttributes must be specified"
+    if not spec.get("user") and not spec.get("groups"):
+        return "spec.user: at least one of user or group must be specified"
+    unknown = set(spec) - {"resourceAttributes", "nonResourceAttributes", "user", "groups",
+                           "extra", "uid"}
+    if unknown:
+        return f"spec: unknown fields {sorted(unknown)}"
+    attributes = attributes or {}
+    allowed = owner.allowed(spec.get("user", ""), spec.get("groups") or (),
+                            attributes.get("verb", ""), attributes.get("namespace", ""),
+                            f"{attributes.get('resource', '')}.{attributes.get('group', '')}")
+    status: Obj = {"allowed": allowed}
+    if allowed:
+        status["reason"] = "allowed by the double's grant table"
+    return {**review, "metadata": {"creationTimestamp": None}, "status": status}
+
+
 def _status(code: int, reason: str, message: str) -> bytes:
     return msgspec.json.encode({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                 "status": "Failure", "message": message, "reason": reason,
@@ -493,6 +599,39 @@ class _Handler(BaseHTTPRequestHandler):
         code, body = owner._list_page(store.collection, int(query.get("limit", "0") or 0),
                                       query.get("continue", ""), namespace)
         self._reply(code, body)
+
+    def do_POST(self) -> None:
+        owner = self.owner
+        url = urlsplit(self.path)
+        owner.requests.append((url.path, {}))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.headers.get("Authorization") != f"Bearer {owner.token}":
+            self._reply(401, _status(401, "Unauthorized", "Unauthorized"))
+            return
+        if url.path not in (TOKEN_REVIEWS, ACCESS_REVIEWS):
+            # Everything else raygate could create does not exist for it: it only reads.
+            self._reply(405, _status(405, "MethodNotAllowed", "the server does not allow "
+                                     "this method on the requested resource"))
+            return
+        try:
+            review = json.loads(body)
+        except ValueError:
+            self._reply(400, _status(400, "BadRequest", "the body is not JSON"))
+            return
+        with owner._lock:
+            owner.reviews.append((url.path, review))
+        owner.review_gate.wait()
+        failure = owner._failure(url.path)
+        if failure is not None:
+            self._reply(failure[0], _status(failure[0], failure[1], "injected failure"))
+            return
+        answer = (_token_review(owner, review) if url.path == TOKEN_REVIEWS
+                  else _access_review(owner, review))
+        if isinstance(answer, str):
+            self._reply(422, _status(422, "Invalid", answer))
+            return
+        # Reviews are created, not stored: 201 with the review and its status.
+        self._reply(201, msgspec.json.encode(answer))
 
     def _discovery(self, group_version: str) -> None:
         owner = self.owner

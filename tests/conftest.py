@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -38,17 +39,23 @@ def snapshot_of(*objects: Obj, config: PolicyConfig | None = None) -> Snapshot:
 
 
 class ServerThread:
-    """raygate's real servers in a background thread with their own event loop."""
+    """raygate's real servers in a background thread with their own event loop.
 
-    def __init__(self, cache: ClusterCache, clock: FakeClock, **options: Any) -> None:
+    ``verify``: a client context trusting the server's certificate when it serves TLS
+    (with a client certificate loaded when it requires one)."""
+
+    def __init__(self, cache: ClusterCache, clock: FakeClock,
+                 verify: ssl.SSLContext | None = None, **options: Any) -> None:
         sock = bind_socket("127.0.0.1", 0)
         self.server = RaygateServer(cache, sock, "127.0.0.1:0",
                                     scheduler=SchedulerExtender(cache, clock), **options)
         self.cache = cache
         self.clock = clock
+        self.verify = verify
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="raygate-test-server", daemon=True)
-        self.url = f"http://127.0.0.1:{self.server.http_port}"
+        scheme = "http" if verify is None else "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.http_port}"
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -56,7 +63,7 @@ class ServerThread:
 
     def start(self) -> None:
         self.thread.start()
-        with httpx.Client(base_url=self.url) as client:
+        with httpx.Client(base_url=self.url, verify=self.verify or True) as client:
             for _ in range(500):
                 try:
                     if client.get("/healthz").status_code == 200:
@@ -65,6 +72,11 @@ class ServerThread:
                     pass
                 threading.Event().wait(0.01)
         raise RuntimeError("raygate test server did not start")
+
+    @property
+    def grpc_target(self) -> str:
+        """Where its gRPC server listens (known once started)."""
+        return f"127.0.0.1:{self.server.grpc_port}"
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.server.stop)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.cache import ClusterCache
+from extender.settings import ServeSettings
 from plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, post_json
@@ -96,7 +97,8 @@ def test_wrong_route_and_method(client: httpx.Client) -> None:
 
 @pytest.fixture(scope="module")
 def small_server() -> Iterator[ServerThread]:
-    thread = ServerThread(ClusterCache(PolicyConfig(), "test"), FakeClock(), max_body=64 * 1024)
+    thread = ServerThread(ClusterCache(PolicyConfig(), "test"), FakeClock(),
+                          settings=ServeSettings(max_body_bytes=64 * 1024))
     thread.start()
     yield thread
     thread.stop()

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
-from extender.cli import main
+from extender.cli import _flags, _parser, main
+from tests.builders import make_pod
 
 
 def _free_port() -> int:
@@ -20,6 +25,40 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
+        self.process = process
+        self.url = url
+        self.output = ""
+
+
+@contextmanager
+def serve(*args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """`raygate serve ARGS` in a process of its own, up and answering; SIGTERM after."""
+    http, grpc_port = _free_port(), _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "extender", "serve", *args,
+         "--http-addr", f"127.0.0.1:{http}", "--grpc-addr", f"127.0.0.1:{grpc_port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **(env or {})},
+    )
+    served = Served(process, f"http://127.0.0.1:{http}")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{served.url}/readyz")
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.communicate()[0]
+                assert time.monotonic() < deadline, "raygate did not start"
+                time.sleep(0.05)
+        yield served
+    finally:
+        process.send_signal(signal.SIGTERM)
+        served.output = process.communicate(timeout=30)[0]
 
 
 def test_serve_without_a_cluster_names_the_ways_to_give_one(
@@ -50,27 +89,90 @@ def test_bad_address_refuses_to_start(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--http-addr: expected HOST:PORT" in capsys.readouterr().err
 
 
+def test_every_bad_setting_is_printed_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("server:\n  limits: {maxBodyBytes: x}\n")
+    monkeypatch.setenv("RAYGATE_SHUTDOWN_GRACE_SECONDS", "-1")
+    assert main(["serve", "--demo", "--config", str(config), "--authz", "on",
+                 "--predicate-concurrency", "0"]) == 2
+    err = capsys.readouterr().err
+    for message in ('c.yaml: server.limits.maxBodyBytes: expected a positive integer, got "x"',
+                    'RAYGATE_SHUTDOWN_GRACE_SECONDS: expected a number of seconds > 0',
+                    '--predicate-concurrency: expected a positive integer, got "0"',
+                    "--authz: on needs an API server to ask"):
+        assert message in err
+
+
+@pytest.mark.parametrize(("argv", "given"), [
+    (["serve"], {}),
+    # A flag given as its default value is still given: it outranks env and file.
+    (["serve", "--http-addr", "0.0.0.0:8888", "--log-level", "debug"],
+     {"http_addr": "0.0.0.0:8888", "log_level": "debug"}),
+    (["serve", "--demo", "--config", "c.yaml", "--max-body-bytes", "5"],
+     {"demo": True, "config_file": "c.yaml", "max_body_bytes": "5"}),
+    (["serve", "--snapshot", "a", "--snapshot", "b", "--context", "x"],
+     {"snapshots": ["a", "b"], "context": "x"}),
+])
+def test_only_flags_on_the_command_line_count_as_given(
+    argv: list[str], given: dict[str, object],
+) -> None:
+    args = _parser().parse_args(argv)
+    assert _flags(args) == given
+    assert args.http_addr == "0.0.0.0:8888"  # the parser's defaults stay the documented ones
+
+
+def test_print_config_prints_the_effective_settings_and_exits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("server:\n  limits: {predicateConcurrency: 8}\n"
+                      "policy:\n  thrashGuardSeconds: 30\n")
+    monkeypatch.setenv("RAYGATE_LOG_LEVEL", "debug")
+    # Nothing listens at the address: --print-config returns before binding.
+    assert main(["serve", "--demo", "--config", str(config), "--print-config",
+                 "--http-addr", "127.0.0.1:1"]) == 0
+    out = capsys.readouterr().out
+    document = yaml.safe_load(out)
+    assert document["server"]["httpAddr"] == "127.0.0.1:1"
+    assert document["server"]["limits"]["predicateConcurrency"] == 8
+    assert document["server"]["log"]["level"] == "debug"
+    assert document["policy"]["thrashGuardSeconds"] == 30
+    for line in ("httpAddr: 127.0.0.1:1", "# flag --http-addr", "# env RAYGATE_LOG_LEVEL",
+                 "predicateConcurrency: 8", "# file", "# default"):
+        assert line in out
+
+
 def test_serve_demo_process_answers_and_stops_on_sigterm() -> None:
-    http, grpc_port = _free_port(), _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", "--demo",
-         "--http-addr", f"127.0.0.1:{http}", "--grpc-addr", f"127.0.0.1:{grpc_port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                reply = httpx.get(f"http://127.0.0.1:{http}/readyz")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, process.communicate()[0]
-                assert time.monotonic() < deadline, "raygate did not start"
-                time.sleep(0.05)
+    with serve("--demo") as served:
+        reply = httpx.get(f"{served.url}/readyz")
         assert reply.status_code == 200
         assert reply.json()["objects"]["nodes"] == 5
-    finally:
-        process.send_signal(signal.SIGTERM)
-        output = process.communicate(timeout=30)[0]
-    assert process.returncode == 0, output
-    assert "loaded demo cluster" in output
+    assert served.process.returncode == 0, served.output
+    assert "loaded demo cluster" in served.output
+
+
+def test_serve_reloads_the_policy_of_its_config_file(tmp_path: Path) -> None:
+    """The demo's gpu-node-2 is a GPU node by its label only: a policy without that label
+    makes it a CPU node for a CPU-only Ray worker's scores, with no restart."""
+    config = tmp_path / "raygate.yaml"
+    config.write_text("policy:\n  gpuNodeLabels: {nvidia.com/gpu.present: 'true'}\n")
+    pod = make_pod("w", "ray").ray("rc", "workers").requests(cpu="1").obj()
+    body = {"Pod": pod, "Nodes": None, "NodeNames": ["gpu-node-2", "cpu-node-1"]}
+    with serve("--demo", "--config", str(config)) as served, httpx.Client() as client:
+        url = f"{served.url}/scheduler/prioritize"
+        assert client.post(url, json=body).json() == [
+            {"Host": "gpu-node-2", "Score": 0}, {"Host": "cpu-node-1", "Score": 10}]
+        # As the kubelet updates a ConfigMap volume: a new file swapped in whole.
+        (tmp_path / "new.yaml").write_text("policy:\n  gpuNodeLabels: {}\n")
+        os.replace(tmp_path / "new.yaml", config)
+        deadline = time.monotonic() + 30  # the file is polled every 2 s
+        while client.post(url, json=body).json()[0]["Score"] == 0:
+            assert served.process.poll() is None
+            assert time.monotonic() < deadline, "the policy was not reloaded"
+            time.sleep(0.1)
+        assert client.post(url, json=body).json()[0] == {"Host": "gpu-node-2", "Score": 10}
+    assert served.process.returncode == 0, served.output
+    assert "config reload: policy from" in served.output
+    assert "applied: gpuNodeLabels" in served.output

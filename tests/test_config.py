@@ -92,3 +92,19 @@ def test_parse_addr(addr: str, expected: tuple[str, int]) -> None:
 def test_parse_addr_refuses(addr: str) -> None:
     with pytest.raises(ConfigError, match="--http-addr: expected HOST:PORT"):
         parse_addr(addr, "--http-addr")
+
+
+def test_config_file_with_a_server_section(tmp_path: Path) -> None:
+    # `raygate check` and `explain` read the policy of the file `serve` reads: its server
+    # section is checked too, but paths in it need not exist where check runs.
+    path = tmp_path / "raygate.yaml"
+    path.write_text("server:\n  tls: {cert: /in/the/pod.crt, key: /in/the/pod.key}\n"
+                    "policy:\n  thrashGuardSeconds: 30\n")
+    assert load_config_file(str(path)).thrash_guard_seconds == 30
+    path.write_text("server:\n  limits: {maxBodyBytes: -1}\npolicy: {thrashGuard: 1}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config_file(str(path))
+    assert [p.removeprefix(f"{path}: ") for p in err.value.problems] == [
+        "server.limits.maxBodyBytes: expected a positive integer, got -1",
+        "policy.thrashGuard: unknown setting",
+    ]

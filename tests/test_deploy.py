@@ -14,6 +14,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from extender.authz import GROUP, RESOURCE, Access
 from extender.cache import ClusterCache
 from extender.cli import _parser
 from extender.http import health_routes, scheduler_routes, volcano_routes, webhook_routes
@@ -150,13 +151,41 @@ def test_the_config_map_is_a_valid_raygate_config(tmp_path: Path) -> None:
     assert load_config_file(str(path)) == PolicyConfig()  # the shipped defaults, spelled out
 
 
+def _grants(role: Obj) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every rule; no rule may narrow by resourceNames."""
+    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"] for v in rule["verbs"]}
+
+
+READ = ("get", "list", "watch")
+FOLLOWED = {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
+            ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
+
+
 def test_raygate_may_only_read() -> None:
+    """Read the kinds the cache follows, and create the two reviews of --authz (which the
+    API server answers and never stores): nothing more."""
     role = find(render(DEPLOY / "base"), "ClusterRole", "raygate")
-    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"]
-               for r in rule["resources"]}
-    assert granted == {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
-                       ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
-    assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
+    assert _grants(role) == {(g, r, v) for g, r in FOLLOWED for v in READ} | {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
+    binding = find(render(DEPLOY / "base"), "ClusterRoleBinding", "raygate")
+    assert binding["roleRef"]["name"] == "raygate"
+    assert [s["name"] for s in binding["subjects"]] == ["raygate"]
+
+
+def test_status_reader_role_grants_what_authz_checks() -> None:
+    """The example role for status callers: exactly the access extender/authz.py asks a
+    SubjectAccessReview about, and bound to nobody by default."""
+    objects = render(DEPLOY / "base")
+    role = find(objects, "ClusterRole", "raygate-status-reader")
+    checked = {(GROUP, RESOURCE, Access.to(ns).verb) for ns in ("team-a", "")}
+    assert _grants(role) == checked == {("ray.io", "rayclusters", "get"),
+                                        ("ray.io", "rayclusters", "list")}
+    assert not [o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                and o["roleRef"]["name"] == "raygate-status-reader"]
 
 
 def test_services_route_to_named_container_ports() -> None:

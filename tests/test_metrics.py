@@ -369,3 +369,32 @@ def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
     assert samples[bucket + "+Inf"] == 4
     assert samples["raygate_request_duration_seconds_count"] == 4
     assert samples["raygate_request_duration_seconds_sum"] == pytest.approx(3.00211)
+
+
+def test_authz_and_config_reloads_are_read_at_scrape_time() -> None:
+    from extender.authz import AuthzCounts
+    from extender.metrics import Metrics
+
+    metrics, counts, reloads = Metrics(), AuthzCounts(), {"ok": 0, "failed": 0}
+    metrics.watch_authz(counts)
+    metrics.watch_config(reloads)
+    counts.decisions["allowed"] += 3
+    counts.decisions["unavailable"] += 1
+    counts.reviews[("tokenreview", "ok")] += 2
+    counts.cache_hits["tokenreview"] += 5
+    reloads["failed"] += 1
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    operations = readme.split("## Operations", 1)[1].split("\n## ", 1)[0]
+    samples = {}
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        if family.name.startswith(("raygate_authz", "raygate_config")):
+            assert f"`{family.name}_total`" in operations, family.name
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    assert samples[("raygate_authz_decisions_total", (("outcome", "allowed"),))] == 3
+    assert samples[("raygate_authz_decisions_total", (("outcome", "unavailable"),))] == 1
+    assert samples[("raygate_authz_reviews_total",
+                    (("kind", "tokenreview"), ("result", "ok")))] == 2
+    assert samples[("raygate_authz_cache_hits_total", (("kind", "tokenreview"),))] == 5
+    assert samples[("raygate_config_reloads_total", (("result", "failed"),))] == 1
+    assert samples[("raygate_config_reloads_total", (("result", "ok"),))] == 0

@@ -64,13 +64,18 @@ def test_settings_in_full(tmp_path: Path) -> None:
     ca, cert, key = (tmp_path / n for n in ("ca.pem", "tls.crt", "tls.key"))
     for path in (ca, cert, key):
         path.write_text("PEM")
+    token = tmp_path / "token"
+    token.write_text("a token")
     env = {"RAYGATE_URL": "grpcs://raygate:9090", "RAYGATE_TIMEOUT_SECONDS": "0.5",
            "RAYGATE_POLL_INTERVAL_SECONDS": "15", "RAYGATE_TLS_CA_FILE": str(ca),
            "RAYGATE_TLS_CERT_FILE": str(cert), "RAYGATE_TLS_KEY_FILE": str(key),
-           "RAYGATE_TLS_SERVER_NAME": "raygate.raygate-system.svc"}
+           "RAYGATE_TLS_SERVER_NAME": "raygate.raygate-system.svc",
+           "RAYGATE_TOKEN_FILE": str(token)}
     assert AutoscalerSettings.from_env(env) == AutoscalerSettings(
         "grpcs://raygate:9090", 0.5, 15.0,
-        TlsSettings(str(ca), str(cert), str(key), "raygate.raygate-system.svc"))
+        TlsSettings(str(ca), str(cert), str(key), "raygate.raygate-system.svc"), str(token))
+    # Set and empty: no token, even where a service account token is mounted.
+    assert AutoscalerSettings.from_env({**env, "RAYGATE_TOKEN_FILE": ""}).token_file is None
 
 
 @pytest.mark.parametrize(("env", "problems"), [
@@ -85,6 +90,8 @@ def test_settings_in_full(tmp_path: Path) -> None:
       "RAYGATE_POLL_INTERVAL_SECONDS": "soon"},
      ["RAYGATE_TIMEOUT_SECONDS: expected a number of seconds > 0, got '0'",
       "RAYGATE_POLL_INTERVAL_SECONDS: expected a number of seconds >= 0, got 'soon'"]),
+    ({"RAYGATE_URL": "http://raygate:8888", "RAYGATE_TOKEN_FILE": "/nonexistent/token"},
+     ["RAYGATE_TOKEN_FILE: cannot read '/nonexistent/token'"]),
     ({"RAYGATE_URL": "http://raygate:8888", "RAYGATE_TLS_CERT_FILE": "/dev/null",
       "RAYGATE_TLS_CA_FILE": "/nonexistent/ca.pem"},
      ["RAYGATE_TLS_CA_FILE: cannot read '/nonexistent/ca.pem'",
@@ -92,7 +99,8 @@ def test_settings_in_full(tmp_path: Path) -> None:
       "RAYGATE_TLS_*: set, but RAYGATE_URL is http://; use https:// for TLS"]),
     ({"RAYGATE_URL": "https://raygate:8443", "RAYGATE_TLS_SERVER_NAME": "raygate"},
      ["RAYGATE_TLS_SERVER_NAME: gRPC only; for https:// put that name in RAYGATE_URL"]),
-], ids=["missing", "no-scheme", "grpc-path", "numbers", "tls-files", "server-name"])
+], ids=["missing", "no-scheme", "grpc-path", "numbers", "token-file", "tls-files",
+        "server-name"])
 def test_settings_problems_are_all_reported(env: dict[str, str], problems: list[str]) -> None:
     with pytest.raises(ConfigError) as error:
         AutoscalerSettings.from_env(env)

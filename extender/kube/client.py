@@ -41,7 +41,7 @@ from extender.kube.watch import (
     WatchSettings,
     api_error,
 )
-from extender.wire import kube
+from extender.wire import DECODE_ERRORS, kube
 
 __all__ = [
     "ClusterConfigError",
@@ -146,7 +146,7 @@ _RESOURCES = msgspec.json.Decoder(kube.ApiResourceList)
 def _meta_of(raw: bytes | msgspec.Raw) -> kube.ObjectMeta | None:
     try:
         return _META.decode(raw).metadata
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return None
 
 
@@ -158,18 +158,18 @@ def decode_page(data: bytes, decoders: _Decoders) -> ListPage:
                         page.metadata.continue_)
     except msgspec.ValidationError:
         pass  # some item is malformed (JSON, but not as expected): one by one below
-    except msgspec.DecodeError as exc:  # (ValidationError is a DecodeError: caught above)
+    except DECODE_ERRORS as exc:  # (ValidationError is a DecodeError: caught above)
         raise TransportError(f"LIST reply is not JSON: {exc}") from None
     try:
         raw = _RAW_PAGE.decode(data)
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         raise TransportError(f"LIST reply is not a list: {exc}") from None
     items: list[Any] = []
     unreadable: list[tuple[kube.ObjectMeta | None, str]] = []
     for item in raw.items or []:
         try:
             items.append(decoders.item.decode(item))
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             unreadable.append((_meta_of(item), str(exc)))
     return ListPage(items, raw.metadata.resource_version, raw.metadata.continue_, unreadable)
 
@@ -182,12 +182,12 @@ def decode_line(line: bytes, decoders: _Decoders) -> WatchLine:
     except msgspec.ValidationError as exc:
         try:
             head = _RAW_EVENT.decode(line)
-        except msgspec.DecodeError:
+        except DECODE_ERRORS:
             raise TransportError(f"watch stream line is not an event: {exc}") from None
         if head.type == ERROR:
             return WatchLine(ERROR, status=_status_of(head.object))
         return WatchLine(head.type, meta=_meta_of(head.object), problem=str(exc))
-    except msgspec.DecodeError as exc:  # (ValidationError is a DecodeError: caught above)
+    except DECODE_ERRORS as exc:  # (ValidationError is a DecodeError: caught above)
         raise TransportError(f"watch stream line is not JSON: {exc}") from None
     if event.type == ERROR:
         # A Status may decode as some kinds' structs (no field of theirs clashes): read it
@@ -199,7 +199,7 @@ def decode_line(line: bytes, decoders: _Decoders) -> WatchLine:
 def _status_of(raw: msgspec.Raw) -> kube.Status:
     try:
         return _STATUS.decode(raw)
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return kube.Status(message=bytes(raw)[:200].decode("utf-8", "replace"))
 
 
@@ -215,7 +215,7 @@ def _next_continue(data: bytes) -> str:
         return ""
     try:
         head = _LIST_HEAD.decode(data[:end].rstrip(b", \n") + b"}")
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return ""
     return head.metadata.continue_
 
@@ -224,7 +224,7 @@ def _error_from(response: urllib3.BaseHTTPResponse) -> Exception:
     data = response.data or b""
     try:
         status = _STATUS.decode(data)
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         status = kube.Status(message=data[:200].decode("utf-8", "replace"))
     return api_error(response.status, status.reason or (response.reason or ""), status.message)
 
@@ -363,7 +363,7 @@ class KubeTransport:
             return None
         try:
             resources = _RESOURCES.decode(self._read(response, path))
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise TransportError(f"GET {path}: not an APIResourceList: {exc}") from None
         return frozenset(r.name for r in resources.resources or ())
 

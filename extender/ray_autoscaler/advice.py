@@ -12,7 +12,6 @@ warning, when it starts, and once more when raygate answers again.
 from __future__ import annotations
 
 import concurrent.futures
-import http.client
 import logging
 import ssl
 import time
@@ -25,7 +24,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from extender.client import GrpcAdmissionClient, HttpAdmissionClient
+from extender.client import GrpcAdmissionClient, HttpAdmissionClient, token_file
 from extender.errors import RaygateError
 from extender.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
 from extender.wire.admission_status import AdmissionStatus
@@ -77,20 +76,6 @@ class AdmissionClient(Protocol):
     def close(self) -> None: ...
 
 
-class _HttpsAdmissionClient(HttpAdmissionClient):
-    """``HttpAdmissionClient`` over a TLS context of our own (CA bundle, client
-    certificate), which its constructor does not take yet."""
-
-    def __init__(self, url: str, timeout: float, context: ssl.SSLContext) -> None:
-        super().__init__(url, timeout=timeout)
-        parts = urlsplit(url)
-        if not isinstance(getattr(self, "_connection", None), http.client.HTTPConnection):
-            raise RuntimeError("extender.client.HttpAdmissionClient changed: cannot give it "
-                               "a TLS context")  # pragma: no cover - caught by the tests
-        self._connection = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=timeout, context=context)
-
-
 def _ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=tls.ca_file)
     if tls.cert_file is not None:
@@ -102,14 +87,14 @@ def connect(settings: AutoscalerSettings) -> AdmissionClient:
     """A client of raygate's API as ``settings`` describe it."""
     parts = urlsplit(settings.url)
     timeout, tls = settings.timeout_seconds, settings.tls
-    if parts.scheme == "http":
-        return HttpAdmissionClient(settings.url, timeout=timeout)
-    if parts.scheme == "https":
-        if tls == TlsSettings():
-            return HttpAdmissionClient(settings.url, timeout=timeout)  # the system's CAs
-        return _HttpsAdmissionClient(settings.url, timeout, _ssl_context(tls))
+    token = token_file(settings.token_file) if settings.token_file else None
+    if parts.scheme in ("http", "https"):
+        # https:// with no TLS settings: the system's CAs.
+        context = None if tls == TlsSettings() else _ssl_context(tls)
+        return HttpAdmissionClient(settings.url, timeout=timeout, ssl_context=context,
+                                   token=token)
     if parts.scheme == "grpc":
-        return GrpcAdmissionClient(parts.netloc, timeout=timeout)
+        return GrpcAdmissionClient(parts.netloc, timeout=timeout, token=token)
 
     def read(path: str | None) -> bytes | None:
         return None if path is None else Path(path).read_bytes()
@@ -120,7 +105,7 @@ def connect(settings: AutoscalerSettings) -> AdmissionClient:
     options = ([("grpc.ssl_target_name_override", tls.server_name)]
                if tls.server_name else [])
     channel = grpc.secure_channel(parts.netloc, credentials, options=options)
-    return GrpcAdmissionClient(parts.netloc, timeout=timeout, channel=channel)
+    return GrpcAdmissionClient(parts.netloc, timeout=timeout, channel=channel, token=token)
 
 
 class Advisor:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from extender.client import SERVICE_ACCOUNT_TOKEN
 from plugin.config import ConfigError
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "ENV_POLL_INTERVAL",
     "ENV_SERVER_NAME",
     "ENV_TIMEOUT",
+    "ENV_TOKEN_FILE",
     "ENV_URL",
     "SCHEMES",
     "AutoscalerSettings",
@@ -34,6 +36,7 @@ ENV_CA_FILE = "RAYGATE_TLS_CA_FILE"
 ENV_CERT_FILE = "RAYGATE_TLS_CERT_FILE"
 ENV_KEY_FILE = "RAYGATE_TLS_KEY_FILE"
 ENV_SERVER_NAME = "RAYGATE_TLS_SERVER_NAME"
+ENV_TOKEN_FILE = "RAYGATE_TOKEN_FILE"
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
 DEFAULT_POLL_INTERVAL_SECONDS = 0.0
@@ -72,6 +75,10 @@ class AutoscalerSettings:
     """Reuse an answer younger than this instead of asking again. 0: ask once per
     autoscaler loop (one small GET per 5 s per RayCluster)."""
     tls: TlsSettings = field(default_factory=TlsSettings)
+    token_file: str | None = None
+    """A bearer token to send, read again on every call (raygate checks its callers
+    in-cluster). Default: the pod's service account token when one is mounted; KubeRay's
+    Role for the head already lets it ``get`` its RayCluster, which is what raygate asks."""
 
     @property
     def scheme(self) -> str:
@@ -128,6 +135,10 @@ class AutoscalerSettings:
         if tls.server_name is not None and parts.scheme == "https":
             problems.append(f"{ENV_SERVER_NAME}: gRPC only; for https:// put that name in "
                             f"{ENV_URL}")
+        if ENV_TOKEN_FILE in env:  # set and empty: send no token
+            token = file(ENV_TOKEN_FILE)
+        else:
+            token = SERVICE_ACCOUNT_TOKEN if os.path.exists(SERVICE_ACCOUNT_TOKEN) else None
         if problems:
             raise ConfigError(problems)
-        return AutoscalerSettings(url, timeout, interval, tls)
+        return AutoscalerSettings(url, timeout, interval, tls, token)

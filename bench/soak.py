@@ -1,0 +1,396 @@
+"""Soak: N minutes of mixed traffic against a real ``raygate serve --kubeconfig`` that
+follows the API-server double while the double streams pod updates and drops watches.
+
+Processes, on loopback only:
+
+* the API-server double (``tests/apiserver.py``) with ``bench.cache_sync``'s cluster
+  (500 nodes, 5,000 pods, 10 RayClusters of 100 pods by default), writing pod updates at
+  ``--events-per-second`` (readiness flips, as probes do) and cutting every open watch
+  every ``--drop-every`` seconds, as a network failure would;
+* raygate, as operators run it: ``python -m extender serve --kubeconfig ...``;
+* ``--clients`` client processes, each on its own keep-alive connection, sending
+  kube-scheduler filter / prioritize / preempt and admission-status gets at
+  ``--rate`` requests a second; one more process holds admission long-polls.
+
+Reported each minute: requests and errors, p50/p99 per route, raygate's resident memory.
+At the end: p99 drift per route (last minute against the first), memory growth (the last
+minute's end against the first's, the first minute being the warm-up), and PASS when there
+were no errors and memory grew less than 10%.
+
+Run (not part of CI)::
+
+    .venv/bin/python -m bench.soak                 # 5 minutes
+    .venv/bin/python -m bench.soak --minutes 3 --json soak.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from bench.cache_sync import TOKEN, Cluster, _request_body, build_cluster
+
+__all__ = ["main"]
+
+HOST = "127.0.0.1"
+RSS_GROWTH_LIMIT = 0.10
+
+Bucket = dict[str, Any]
+"""One client's minute: {"latencies": {route: [seconds]}, "errors": int, "examples": [..]}."""
+
+
+# --- the API-server double ------------------------------------------------------------------
+
+
+def _double_main(conn: Connection, n_nodes: int, n_pods: int, rate: float,
+                 drop_every: float) -> None:
+    from tests.apiserver import CORE, CRDS, ApiServerDouble
+
+    cluster = build_cluster(n_nodes, n_pods)
+    nodes, pods = CORE
+    double = ApiServerDouble(TOKEN)
+    double.install(CRDS[0])
+    double.install(CRDS[1])  # PodGroups: served, none exist
+    double.load_raw(nodes, ((("", name), body) for name, body in cluster.nodes))
+    double.load_raw(CRDS[0], ((("ray", name), body) for name, body in cluster.rayclusters))
+    double.load_raw(pods, (((p.namespace, p.name), cluster.render(p)) for p in cluster.pods))
+    double.start()
+    conn.send({"port": double.port})
+    conn.recv()  # "go": raygate is ready
+    ready = [True] * len(cluster.pods)
+    events = drops = cursor = 0
+    started = time.perf_counter()
+    next_drop = started + drop_every
+    while not conn.poll(0):
+        # A stride over the pods, so that consecutive updates hit other nodes and clusters.
+        index = (cursor * 7919) % len(cluster.pods)
+        cursor += 1
+        ready[index] = not ready[index]
+        pod = cluster.pods[index]
+        double.write_raw(pods, "MODIFIED", (pod.namespace, pod.name),
+                         cluster.render(pod, ready[index]))
+        events += 1
+        now = time.perf_counter()
+        if now >= next_drop:
+            drops += double.drop_watches()
+            next_drop += drop_every
+        ahead = started + events / rate - now
+        if ahead > 0:
+            time.sleep(ahead)
+    conn.recv()
+    double.stop()
+    conn.send({"events": events, "watches_dropped": drops,
+               "watch_requests": sum(double.watch_requests(c) for c in (nodes, pods, CRDS[0]))})
+
+
+# --- clients --------------------------------------------------------------------------------
+
+
+def _preempt_body(cluster: Cluster) -> bytes:
+    """kube-scheduler's preempt for the pending floor worker: three CPU nodes, each with
+    the Ray pods the cache has there as proposed victims (UIDs, nodeCacheCapable)."""
+    filter_args = json.loads(_request_body([]))
+    by_node: dict[str, list[str]] = defaultdict(list)
+    for pod in cluster.pods:
+        if pod.cluster:
+            by_node[pod.node].append(pod.uid)
+    chosen = sorted(by_node)[:3]
+    return json.dumps({
+        "Pod": filter_args["Pod"], "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {n: {"Pods": [{"UID": u} for u in by_node[n][:4]],
+                                      "NumPDBViolations": 0} for n in chosen},
+    }).encode()
+
+
+class _Client:
+    """One keep-alive connection, reopened after any failure."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn: http.client.HTTPConnection | None = None
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(HOST, self.port, timeout=60)
+        try:
+            self.conn.request(method, path, body,
+                              {"Content-Type": "application/json"} if body else {})
+            reply = self.conn.getresponse()
+            return reply.status, reply.read()
+        except Exception:
+            self.conn.close()
+            self.conn = None
+            raise
+
+
+def _new_bucket() -> Bucket:
+    return {"latencies": defaultdict(list), "errors": 0, "examples": []}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one client process does (picklable: clients are spawned)."""
+
+    port: int
+    start: float
+    """time.time() of the first request; minute k is [start + k*period, start + (k+1)*period)."""
+    minutes: int
+    period: float
+    rate: float
+    seed: int
+    nodes: int
+    pods: int
+    long_poll: bool
+
+
+def _client_main(out: Any, plan: _Plan) -> None:
+    port, start, minutes, period, rate = (plan.port, plan.start, plan.minutes, plan.period,
+                                          plan.rate)
+    long_poll = plan.long_poll
+    cluster = build_cluster(plan.nodes, plan.pods)
+    clusters = sorted({p.cluster for p in cluster.pods if p.cluster})
+    filter_body = _request_body(cluster.node_names)
+    preempt_body = _preempt_body(cluster)
+    rng = random.Random(plan.seed)
+    client = _Client(port)
+    end = start + minutes * period
+    buckets: dict[int, Bucket] = defaultdict(_new_bucket)
+    sent = 0
+    versions: dict[str, str] = {}
+    while (now := time.time()) < end:
+        if not long_poll:
+            ahead = start + sent / rate - now
+            if ahead > 0:
+                time.sleep(ahead)
+        sent += 1
+        name = rng.choice(clusters)
+        admission = f"/v1/namespaces/ray/rayclusters/{name}/admission"
+        if long_poll:
+            # The version it holds: answered when the status changes, or after 5 s.
+            route, method, path, body = ("admission long-poll", "GET",
+                                         f"{admission}?waitForChange={versions.get(name, '')}"
+                                         "&timeoutSeconds=5", None)
+        else:
+            route, method, path, body = rng.choices([
+                ("filter", "POST", "/scheduler/filter", filter_body),
+                ("prioritize", "POST", "/scheduler/prioritize", filter_body),
+                ("preempt", "POST", "/scheduler/preempt", preempt_body),
+                ("admission", "GET", admission, None),
+            ], weights=[4, 4, 1, 2])[0]
+        t0 = time.perf_counter()
+        problem = ""
+        try:
+            status, data = client.request(method, path, body)
+            if status != 200:
+                problem = f"{route}: HTTP {status}: {data[:200]!r}"
+            elif route == "filter" and json.loads(data)["Error"]:
+                problem = f"filter: Error {json.loads(data)['Error'][:200]}"
+            elif route.startswith("admission"):
+                versions[name] = json.loads(data)["metadata"]["version"]
+        except Exception as exc:
+            problem = f"{route}: {type(exc).__name__}: {exc}"
+        elapsed = time.perf_counter() - t0
+        bucket = buckets[int((time.time() - start) // period)]
+        bucket["latencies"][route].append(elapsed)
+        if problem:
+            bucket["errors"] += 1
+            if len(bucket["examples"]) < 3:
+                bucket["examples"].append(problem)
+    out.put({minute: {"latencies": dict(b["latencies"]), "errors": b["errors"],
+                      "examples": b["examples"]} for minute, b in buckets.items()
+             if minute < minutes})
+
+
+# --- raygate --------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"raygate exited with {process.returncode}")
+        try:
+            status, _ = _Client(port).request("GET", "/readyz")
+            if status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("raygate did not become ready")
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    double_conn, double_end = ctx.Pipe()
+    double = ctx.Process(target=_double_main, name="apiserver-double", daemon=True,
+                         args=(double_end, args.nodes, args.pods, args.events_per_second,
+                               args.drop_every))
+    double.start()
+    api_port = double_conn.recv()["port"]
+    from tests.apiserver import kubeconfig_text
+
+    workdir = Path(tempfile.mkdtemp(prefix="raygate-soak-"))
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text(f"http://{HOST}:{api_port}", TOKEN))
+    port = _free_port()
+    log = (workdir / "raygate.log").open("wb")
+    raygate = subprocess.Popen(
+        [sys.executable, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig),
+         "--http-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:0",
+         "--log-level", "warning", "--log-format", "text"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    clients: list[Any] = []
+    try:
+        _wait_ready(port, raygate, 300)
+        print(f"raygate ready (pid {raygate.pid}, RSS {_rss_mib(raygate.pid):.0f} MiB); "
+              f"{args.minutes} min of traffic from {args.clients} clients at {args.rate:g} "
+              f"req/s each + 1 long-poller; {args.events_per_second:g} pod events/s, "
+              f"watches dropped every {args.drop_every:g} s; log: {workdir / 'raygate.log'}",
+              flush=True)
+        double_conn.send("go")
+        out = ctx.Queue()
+        period = args.minute_seconds
+        start = time.time() + 1.0
+        for i in range(args.clients + 1):
+            plan = _Plan(port, start, args.minutes, period, args.rate, i, args.nodes, args.pods,
+                         long_poll=i == args.clients)
+            process = ctx.Process(target=_client_main, daemon=True, args=(out, plan))
+            process.start()
+            clients.append(process)
+        rss: list[float] = []
+        for minute in range(args.minutes):
+            time.sleep(max(0.0, start + (minute + 1) * period - time.time()))
+            rss.append(_rss_mib(raygate.pid))
+            print(f"  minute {minute + 1}: raygate RSS {rss[-1]:.1f} MiB", flush=True)
+        merged: dict[int, Bucket] = defaultdict(_new_bucket)
+        for _ in clients:
+            for minute, bucket in out.get(timeout=120).items():
+                into = merged[minute]
+                for route, values in bucket["latencies"].items():
+                    into["latencies"][route].extend(values)
+                into["errors"] += bucket["errors"]
+                into["examples"] += bucket["examples"]
+        double_conn.send("stop")
+        streamed = double_conn.recv()
+        if raygate.poll() is not None:
+            raise RuntimeError(f"raygate exited with {raygate.returncode} during the run")
+    finally:
+        for process in clients:
+            process.join(10)
+        raygate.terminate()
+        raygate.wait(30)
+        double.join(10)
+        if double.is_alive():
+            double.kill()
+        log.close()
+    return _summary(args, merged, rss, streamed)
+
+
+def _summary(args: argparse.Namespace, merged: dict[int, Bucket], rss: list[float],
+             streamed: dict[str, Any]) -> dict[str, Any]:
+    minutes = []
+    for minute in range(args.minutes):
+        bucket = merged[minute]
+        routes = {route: {"requests": len(v), "p50_ms": _pct(v, 0.5) * 1e3,
+                          "p99_ms": _pct(v, 0.99) * 1e3}
+                  for route, v in sorted(bucket["latencies"].items())}
+        minutes.append({"minute": minute + 1, "rss_mib": rss[minute],
+                        "requests": sum(r["requests"] for r in routes.values()),
+                        "errors": bucket["errors"], "error_examples": bucket["examples"],
+                        "routes": routes})
+    first, last = minutes[0], minutes[-1]
+    drift = {route: last["routes"][route]["p99_ms"] / first["routes"][route]["p99_ms"]
+             # A long-poll's time is its wait: no latency to drift.
+             for route in first["routes"] if route in last["routes"] and "poll" not in route
+             and first["routes"][route]["p99_ms"] > 0}
+    growth = (rss[-1] - rss[0]) / rss[0] if rss and rss[0] else 0.0
+    errors = sum(m["errors"] for m in minutes)
+    return {"minutes": minutes, "p99_drift": drift, "rss_growth": growth, "errors": errors,
+            "streamed": streamed, "settings": vars(args),
+            "passed": errors == 0 and growth < RSS_GROWTH_LIMIT}
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = []
+    for m in result["minutes"]:
+        lines.append(f"minute {m['minute']}: {m['requests']:,} requests, {m['errors']} errors, "
+                     f"raygate RSS {m['rss_mib']:.1f} MiB")
+        for route, r in m["routes"].items():
+            lines.append(f"    {route:<20} {r['requests']:>7,}  p50 {r['p50_ms']:7.2f} ms  "
+                         f"p99 {r['p99_ms']:7.2f} ms")
+        lines += [f"    error: {e}" for e in m["error_examples"]]
+    s = result["streamed"]
+    lines.append(f"double: {s['events']:,} pod events, {s['watches_dropped']} watches dropped, "
+                 f"{s['watch_requests']} watch requests")
+    lines.append("p99 drift (last minute / first): " + ", ".join(
+        f"{route} {ratio:.2f}x" for route, ratio in result["p99_drift"].items()))
+    lines.append(f"RSS growth (last minute / first, after warm-up): "
+                 f"{result['rss_growth'] * 100:+.1f}% (limit {RSS_GROWTH_LIMIT * 100:.0f}%)")
+    lines.append(f"errors: {result['errors']}")
+    lines.append("PASS" if result["passed"] else "FAIL")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=int, default=5)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--clients", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=50.0,
+                        help="requests a second per client (default %(default)s)")
+    parser.add_argument("--events-per-second", type=float, default=50.0)
+    parser.add_argument("--drop-every", type=float, default=30.0,
+                        help="seconds between watch drops (default %(default)s)")
+    parser.add_argument("--minute-seconds", type=float, default=60.0,
+                        help="length of a reporting period: shorter to try the harness")
+    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    args = parser.parse_args(argv)
+    if args.minutes < 2:
+        parser.error("--minutes: at least 2 (the first is the warm-up)")
+    result = run(args)
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
