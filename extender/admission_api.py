@@ -6,9 +6,11 @@ snapshot, versioned, and served over HTTP (get, list, ETag, long-poll); the gRPC
 snapshot. It is rebuilt when the cache publishes a new snapshot (the listener hops onto
 the server's event loop with ``call_soon_threadsafe``: the cache may publish from any
 thread) or when time alone changes a status (a pod turning ``Stuck``: a timer at the
-generation's ``next_change``). A cluster whose inputs are the very same objects as in the
-last generation keeps its status without being derived again, so a snapshot that changes
-one pod costs one cluster's derivation plus a look at the others' inputs. The rebuild
+generation's ``next_change``) — in the background while anything waits for a change, else
+when someone next reads. A cluster the cache says is untouched since the last generation
+(``ClusterCache.changes_between``) keeps its status unlooked-at; one whose inputs are the
+very same objects keeps it without being derived again, so a snapshot that changes one
+pod costs one cluster's derivation. The rebuild
 runs in the background a chunk of clusters per turn of the loop, so the scheduler's
 requests never wait for thousands of clusters; an admission request that finds the
 generation stale finishes the rebuild itself, so it always answers from the current
@@ -311,9 +313,15 @@ class AdmissionService:
         """Bring the statuses up to date and wake whoever waits for a change: in the
         background, a chunk of clusters per turn of the loop, so that the scheduler's
         requests are not held up by a rebuild of thousands of statuses. The cache listener
-        and the deadline timer call it; so may a test that moved a fake clock."""
+        and the deadline timer call it; so may a test that moved a fake clock.
+
+        With nobody waiting, nothing is built: the next reader (a GET, a scrape) builds what
+        it needs, from what changed since. Under a stream of pod events this keeps the
+        scheduler's requests from sharing the loop with statuses nobody asked for."""
         if self._loop is None:
             self.current()
+            return
+        if not any(signal.waiters for signal in self._signals.values()):
             return
         if self._rebuilding is None or self._rebuilding.done():
             self._rebuilding = self._loop.create_task(self._rebuild_in_background())

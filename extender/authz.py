@@ -4,26 +4,40 @@ authorization, as Kubernetes components (kubelet, metrics-server) do it.
 A caller presents a bearer token: HTTP ``Authorization: Bearer <token>``, gRPC
 ``authorization`` metadata of the same form. raygate asks the API server who that is (a
 TokenReview) and whether that user may read RayClusters where it asks (a
-SubjectAccessReview). The access asked for is one of two:
+SubjectAccessReview). The access asked for, on ``rayclusters.ray.io``, is RBAC's:
 
-* a request about one namespace (a ``{namespace}`` path parameter; ``?namespace=`` on
-  ``GET /v1/admission``; the ``namespace`` field of a gRPC request): ``get`` on
-  ``rayclusters.ray.io`` in that namespace;
-* a request spanning every namespace (``GET /v1/admission`` without ``?namespace=``,
+* one RayCluster (``/v1/namespaces/{ns}/rayclusters/{name}/admission``, gRPC ``Get``,
+  ``Watch`` with a name): ``get`` that name in its namespace (a Role with
+  ``resourceNames`` can allow it);
+* every RayCluster of one namespace (``GET /v1/admission?namespace=ns``, gRPC ``List``
+  and ``Watch`` with only a namespace): ``list`` in that namespace;
+* one pod explained (``/v1/namespaces/{ns}/pods/{name}/explain``, gRPC ``Explain``):
+  ``get`` in the pod's namespace, without a name (the name is a pod's, not a
+  RayCluster's; RBAC's resourceNames could not express it);
+* everything spanning every namespace (``GET /v1/admission`` without ``?namespace=``,
   ``POST /v1/explain``, whose pod comes in the body and is explained against every node,
-  gRPC requests with an empty namespace): ``list`` on ``rayclusters.ray.io``
-  cluster-wide.
+  gRPC requests with an empty namespace): ``list`` cluster-wide.
+
+With ``audiences``, the TokenReview asks for tokens meant for raygate
+(``spec.audiences``) and a token counts only when the API server says it is valid for
+one of them (``status.audiences``): callers need not hand raygate a token that would
+also work against the API server.
 
 Replies: no token, or one the TokenReview rejects: 401 (``WWW-Authenticate: Bearer``) /
 UNAUTHENTICATED; authenticated but not allowed: 403 / PERMISSION_DENIED, naming the user,
 verb, resource and namespace; the API server cannot answer: 503 / UNAVAILABLE (fail
-closed: nobody is let in unverified).
+closed: nobody is let in unverified), whatever went wrong; also at once when
+``max_reviews`` reviews are already in flight (a flood of new tokens must not queue
+without end). A gRPC ``Watch`` is checked again every ``cache_seconds`` while it streams
+and ends when the access is gone.
 
 Both answers are cached for ``cache_seconds`` (denials and rejected tokens for half as
 long, so a new RoleBinding works sooner), in bounded LRU maps keyed by the SHA-256 of the
-token and by (user, verb, namespace): the token itself is never a key, never logged,
-never in a reply. Identical reviews in flight at once share one API call. The API calls
-block, so they run on a small thread pool of their own, off the event loop.
+token and by (user, verb, namespace, name): the token itself is never a key, never
+logged, never in a reply. Negative answers live in maps of their own, smaller, so a flood
+of bad tokens evicts only other bad tokens, never a real user. Identical reviews in
+flight at once share one API call. The API calls block, so they run on a small thread
+pool of their own, off the event loop.
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ import asyncio
 import hashlib
 import logging
 import time
+import traceback
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +57,7 @@ import grpc
 import msgspec
 import urllib3
 from kubernetes import client as k8s
+from kubernetes.config.config_exception import ConfigException
 
 from extender.errors import (
     Forbidden,
@@ -77,9 +93,14 @@ TOKENREVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 SUBJECTACCESSREVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 NAMESPACE_QUERY_ROUTES = frozenset({"/v1/admission"})
 """HTTP routes whose handler narrows its answer to ``?namespace=`` (and reads it from the
-same parsed ``Request``): those need ``get`` in that namespace only. Any other route
+same parsed ``Request``): those need ``list`` in that namespace only. Any other route
 without a ``{namespace}`` path parameter needs cluster-wide ``list``, whatever its query
 says."""
+NAMED_CLUSTER_SEGMENT = "/rayclusters/{name}"
+"""An HTTP route whose ``{name}`` follows this names one RayCluster (``get`` with the
+name); any other ``{name}`` (a pod's) is not a RayCluster's name."""
+POD_METHODS = frozenset({"/raygate.v1.Explain/Explain"})
+"""gRPC methods whose request's ``name`` is a pod's: ``get`` in the namespace, no name."""
 UNGUARDED_SERVICES = frozenset({
     "grpc.health.v1.Health",
     "grpc.reflection.v1alpha.ServerReflection",
@@ -87,6 +108,8 @@ UNGUARDED_SERVICES = frozenset({
 })
 """gRPC services served to anyone: probes and schema discovery expose no cluster data."""
 WWW_AUTHENTICATE = (b"www-authenticate", b'Bearer realm="raygate"')
+MIN_RECHECK_SECONDS = 1.0
+"""A streaming call is checked again at most this often, even with no cache."""
 
 
 # --- what is asked, and by whom ---------------------------------------------------------
@@ -105,20 +128,37 @@ class User:
 
 @dataclass(frozen=True, slots=True)
 class Access:
-    """An access to RayClusters: ``get`` in a namespace, or ``list`` in all of them."""
+    """An access to RayClusters, as RBAC sees it: ``get`` (of one name, or of the
+    namespace when the name is not a RayCluster's) or ``list``."""
 
     verb: str
     namespace: str
     """"" for cluster-wide: a SubjectAccessReview reads an empty namespace as "all
     namespaces" for a namespaced resource."""
+    name: str = ""
+    """The RayCluster's name; "" for none (RBAC's resourceNames then cannot match)."""
+
+    @classmethod
+    def one(cls, namespace: str, name: str) -> Access:
+        """One RayCluster: ``get`` of its name. Without a namespace there is no single
+        cluster to name: cluster-wide ``list``."""
+        return cls("get", namespace, name) if namespace and name else cls.listing(namespace)
+
+    @classmethod
+    def listing(cls, namespace: str) -> Access:
+        """Every RayCluster of a namespace ("" for all): ``list`` there."""
+        return cls("list", namespace)
 
     @classmethod
     def to(cls, namespace: str) -> Access:
-        return cls("get", namespace) if namespace else cls("list", "")
+        """A read about one namespace that names no RayCluster (an explained pod):
+        ``get`` there; "" for cluster-wide ``list``."""
+        return cls("get", namespace) if namespace else cls.listing("")
 
     def describe(self) -> str:
         where = f'in namespace "{self.namespace}"' if self.namespace else "cluster-wide"
-        return f"{self.verb} {RESOURCE}.{GROUP} {where}"
+        named = f' "{self.name}"' if self.name else ""
+        return f"{self.verb} {RESOURCE}.{GROUP}{named} {where}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +176,9 @@ class ReviewUnavailable(Exception):
 class Reviewer(Protocol):
     """The two API calls, blocking; ``KubeReviewer`` makes them."""
 
-    def review_token(self, token: str) -> User | None:
-        """The user the token belongs to; None when it authenticates nobody."""
+    def review_token(self, token: str, audiences: tuple[str, ...] = ()) -> User | None:
+        """The user the token belongs to; None when it authenticates nobody (or, with
+        ``audiences``, when it is not valid for any of them)."""
         ...
 
     def review_access(self, user: User, access: Access) -> Decision: ...
@@ -148,10 +189,11 @@ class Reviewer(Protocol):
 # --- the wire (authentication.k8s.io/v1, authorization.k8s.io/v1) -----------------------
 
 
-class _TokenReviewSpec(msgspec.Struct):
+class _TokenReviewSpec(msgspec.Struct, omit_defaults=True):
     token: str
-    # No audiences: the token must be valid for the API server itself, as for kubectl
-    # (an empty spec.audiences means the API server's own audiences).
+    # Empty (left out): the token must be valid for the API server itself, as for
+    # kubectl (an empty spec.audiences means the API server's own audiences).
+    audiences: list[str] = msgspec.field(default_factory=list)
 
 
 class _TokenReview(msgspec.Struct, rename="camel"):
@@ -172,6 +214,9 @@ class _TokenReviewStatus(msgspec.Struct):
     authenticated: bool = False
     user: _UserInfo = msgspec.field(default_factory=_UserInfo)
     error: str = ""
+    # The audiences of spec.audiences the token is valid for (an audience-aware
+    # authenticator fills it; empty means "valid for the API server's own").
+    audiences: list[str] | None = None
 
 
 class _TokenReviewReply(msgspec.Struct):
@@ -183,6 +228,7 @@ class _ResourceAttributes(msgspec.Struct, omit_defaults=True):
     group: str
     resource: str
     namespace: str = ""
+    name: str = ""
 
 
 class _AccessReviewSpec(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -230,14 +276,24 @@ class KubeReviewer:
     def close(self) -> None:
         self.api.close()  # type: ignore[no-untyped-call]
 
-    def review_token(self, token: str) -> User | None:
-        reply = self._create(TOKENREVIEWS, _TokenReview(_TokenReviewSpec(token)), _TOKEN_REPLY)
+    def review_token(self, token: str, audiences: tuple[str, ...] = ()) -> User | None:
+        reply = self._create(TOKENREVIEWS, _TokenReview(_TokenReviewSpec(token, list(audiences))),
+                             _TOKEN_REPLY)
         status = reply.status
         if not status.authenticated:
             if status.error:
-                # The authenticator could not check it (e.g. a webhook down): still no
-                # identity, so 401; the reason is for the operator.
+                # The authenticator could not check it (e.g. a webhook down, or the token
+                # is for other audiences): still no identity, so 401; the reason is for
+                # the operator.
                 log.info("TokenReview did not authenticate a caller: %s", status.error)
+            return None
+        if audiences and not set(status.audiences or ()) & set(audiences):
+            # TokenReviewStatus.audiences: a client that sets spec.audiences must find one
+            # of them here; empty means an authenticator that ignored them (the token is
+            # then only known valid for the API server itself).
+            log.info("TokenReview authenticated a caller but not for raygate's audiences "
+                     "%s (valid for: %s): refused", list(audiences),
+                     status.audiences or "the API server's own")
             return None
         info = status.user
         return User(info.username, info.uid, tuple(info.groups or ()),
@@ -245,7 +301,7 @@ class KubeReviewer:
 
     def review_access(self, user: User, access: Access) -> Decision:
         review = _AccessReview(_AccessReviewSpec(
-            _ResourceAttributes(access.verb, GROUP, RESOURCE, access.namespace),
+            _ResourceAttributes(access.verb, GROUP, RESOURCE, access.namespace, access.name),
             user=user.name, uid=user.uid, groups=list(user.groups),
             extra={k: list(v) for k, v in user.extra}))
         status = self._create(SUBJECTACCESSREVIEWS, review, _ACCESS_REPLY).status
@@ -258,15 +314,18 @@ class KubeReviewer:
 
     def _create(self, path: str, review: msgspec.Struct,
                 decoder: msgspec.json.Decoder[_Reply]) -> _Reply:
-        # The client's REST layer JSON-encodes a dict body itself; the review is tiny.
-        method, url, headers, body, _ = self.api.param_serialize(
-            "POST", path, body=msgspec.to_builtins(review),
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            # The same token refresh (in-cluster, exec plugins) as the list/watch requests.
-            auth_settings=["BearerToken"],
-        )
         what = f"POST {path}"
         try:
+            # The client's REST layer JSON-encodes a dict body itself; the review is tiny.
+            # Inside the try: this is where the client refreshes raygate's own token
+            # (in-cluster file, exec plugin), which can fail like the call itself.
+            method, url, headers, body, _ = self.api.param_serialize(
+                "POST", path, body=msgspec.to_builtins(review),
+                header_params={"Accept": "application/json",
+                               "Content-Type": "application/json"},
+                # The same token refresh as the list/watch requests.
+                auth_settings=["BearerToken"],
+            )
             rest = self.api.call_api(method, url, header_params=headers, body=body,
                                      _request_timeout=(self.timeout, self.timeout))
             response: urllib3.BaseHTTPResponse = rest.response
@@ -274,7 +333,7 @@ class KubeReviewer:
                 data: bytes = response.data
             finally:
                 response.release_conn()
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except (urllib3.exceptions.HTTPError, OSError, ConfigException) as exc:
             raise ReviewUnavailable(f"{what}: {exc}") from None
         except k8s.ApiException as exc:  # the client's wrapper of TLS failures
             raise ReviewUnavailable(f"{what}: {exc.reason}") from None
@@ -325,6 +384,23 @@ class _Expiring(Generic[K, V]):
             self._entries.popitem(last=False)
 
 
+class _Answers(Generic[K, V]):
+    """Review answers by key: positive and negative ones in separate bounded maps, so
+    that a flood of rejected tokens (or refused asks) evicts only its own kind."""
+
+    def __init__(self, max_entries: int, max_negative: int) -> None:
+        self.positive: _Expiring[K, V] = _Expiring(max_entries)
+        self.negative: _Expiring[K, V] = _Expiring(max_negative)
+
+    def get(self, key: K, now: float) -> tuple[bool, V | None]:
+        found = self.positive.get(key, now)
+        return found if found[0] else self.negative.get(key, now)
+
+    def put(self, key: K, value: V, positive: bool, ttl: float, now: float) -> None:
+        # A key is reviewed only when neither map holds it: no stale twin to drop.
+        (self.positive if positive else self.negative).put(key, value, ttl, now)
+
+
 @dataclass
 class AuthzCounts:
     """What the authorizer did, for ``/metrics`` (read at scrape time, on the loop)."""
@@ -339,6 +415,11 @@ class AuthzCounts:
 
 T = TypeVar("T")
 
+_OUTCOMES: tuple[tuple[type[RaygateError], str], ...] = (
+    (Unauthorized, "unauthenticated"), (Forbidden, "forbidden"), (Unavailable, "unavailable"),
+)
+"""``AuthzCounts.decisions`` key of each refusal."""
+
 
 # --- the authorizer ---------------------------------------------------------------------
 
@@ -351,28 +432,36 @@ class Authorizer:
         reviewer: Reviewer,
         cache_seconds: float,
         *,
+        audiences: tuple[str, ...] = (),
         denied_cache_seconds: float | None = None,
         max_entries: int = 4096,
+        max_negative: int = 1024,
+        max_reviews: int = 64,
         workers: int = 4,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.reviewer = reviewer
         self.cache_seconds = cache_seconds
+        self.audiences = audiences
+        """Non-empty: only tokens the API server says are for one of these."""
         self.denied_cache_seconds = (cache_seconds / 2 if denied_cache_seconds is None
                                      else denied_cache_seconds)
+        self.max_reviews = max_reviews
+        """Reviews in flight at once (each a thread-pool job); beyond: 503 at once."""
         self.clock = clock
         self.counts = AuthzCounts()
-        self._users: _Expiring[bytes, User | None] = _Expiring(max_entries)
-        self._access: _Expiring[tuple[User, Access], Decision] = _Expiring(max_entries)
+        self._users: _Answers[bytes, User | None] = _Answers(max_entries, max_negative)
+        self._access: _Answers[tuple[User, Access], Decision] = _Answers(max_entries,
+                                                                         max_negative)
         self._inflight: dict[Hashable, asyncio.Future[Any]] = {}
         # Its own threads: a slow API server must not hold up the loop's default executor.
         self._executor = ThreadPoolExecutor(max_workers=workers,
                                             thread_name_prefix="raygate-authz")
 
     @classmethod
-    def from_connection(cls, connection: Connection, cache_seconds: float,
-                        **options: Any) -> Authorizer:
-        return cls(KubeReviewer(connection), cache_seconds, **options)
+    def from_connection(cls, connection: Connection, cache_seconds: float, *,
+                        audiences: tuple[str, ...] = (), **options: Any) -> Authorizer:
+        return cls(KubeReviewer(connection), cache_seconds, audiences=audiences, **options)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -384,14 +473,8 @@ class Authorizer:
         ``Forbidden`` or ``Unavailable``. Counts every outcome."""
         try:
             user = await self._authorize(token, access)
-        except Unauthorized:
-            self.counts.decisions["unauthenticated"] += 1
-            raise
-        except Forbidden:
-            self.counts.decisions["forbidden"] += 1
-            raise
-        except Unavailable:
-            self.counts.decisions["unavailable"] += 1
+        except (Unauthorized, Forbidden, Unavailable) as exc:
+            self.counts.decisions[next(o for t, o in _OUTCOMES if isinstance(exc, t))] += 1
             raise
         self.counts.decisions["allowed"] += 1
         return user
@@ -402,30 +485,37 @@ class Authorizer:
                                "(an HTTP header, or gRPC metadata)")
         digest = hashlib.sha256(token.encode()).digest()
         user = await self._cached(
-            "tokenreview", self._users, digest, lambda: self.reviewer.review_token(token),
-            lambda u: self.cache_seconds if u is not None else self.denied_cache_seconds)
+            "tokenreview", self._users, digest,
+            lambda: self.reviewer.review_token(token, self.audiences),
+            lambda u: u is not None, secret=token)
         if user is None:
             raise Unauthorized("the bearer token was not accepted by the Kubernetes API "
                                "server (TokenReview)")
         decision = await self._cached(
             "subjectaccessreview", self._access, (user, access),
-            lambda: self._review_access(user, access),
-            lambda d: self.cache_seconds if d.allowed else self.denied_cache_seconds)
+            lambda: self._review_access(user, access), lambda d: d.allowed)
         if not decision.allowed:
             raise Forbidden(f'user "{user.name}" may not {access.describe()}')
         return user
 
-    async def _cached(self, kind: str, cache: _Expiring[K, T], key: K,
-                      review: Callable[[], T], ttl: Callable[[T], float]) -> T:
+    async def _cached(self, kind: str, cache: _Answers[K, T], key: K,
+                      review: Callable[[], T], positive: Callable[[T], bool], *,
+                      secret: str = "") -> T:
         found, value = cache.get(key, self.clock())
         if found:
             self.counts.cache_hits[kind] += 1
             return cast(T, value)
-        loop = asyncio.get_running_loop()
         flight = (kind, key)
         pending = self._inflight.get(flight)
-        if pending is None or pending.get_loop() is not loop:
-            pending = loop.create_task(self._review(kind, cache, key, review, ttl))
+        if pending is None:
+            if len(self._inflight) >= self.max_reviews:
+                # Shed at once: queueing would let a flood of new tokens hold every
+                # caller (and memory) behind it; a real caller retries.
+                log.debug("%d reviews in flight: a new one refused", len(self._inflight))
+                raise Unavailable("cannot verify the caller now: too many callers being "
+                                  "verified at once; retry shortly")
+            pending = asyncio.get_running_loop().create_task(
+                self._review(kind, cache, key, review, positive, secret=secret))
             # Retrieved even when every waiter has gone (no "never retrieved" warning).
             pending.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._inflight[flight] = pending
@@ -433,19 +523,29 @@ class Authorizer:
         result: T = await asyncio.shield(pending)
         return result
 
-    async def _review(self, kind: str, cache: _Expiring[K, T], key: K,
-                      review: Callable[[], T], ttl: Callable[[T], float]) -> T:
+    async def _review(self, kind: str, cache: _Answers[K, T], key: K,
+                      review: Callable[[], T], positive: Callable[[T], bool], *,
+                      secret: str) -> T:
         try:
             value = await asyncio.get_running_loop().run_in_executor(self._executor, review)
-        except ReviewUnavailable as exc:
+        except Exception as exc:  # fail closed on anything, not only on what we foresaw
             self.counts.reviews[(kind, "error")] += 1
-            log.warning("cannot verify a caller: %s", exc)
+            if isinstance(exc, ReviewUnavailable):
+                log.warning("cannot verify a caller: %s", exc)
+            else:
+                # Unforeseen: the whole traceback, once here rather than in every
+                # waiter's reply; scrubbed, as the token may be in a message.
+                text = "".join(traceback.format_exception(exc))
+                log.warning("cannot verify a caller: %s failed:\n%s", kind,
+                            text.replace(secret, "[token]") if secret else text)
             raise Unavailable("cannot verify the caller: the Kubernetes API server did not "
                               "answer; retry shortly") from None
         finally:
             self._inflight.pop((kind, key), None)
         self.counts.reviews[(kind, "ok")] += 1
-        cache.put(key, value, ttl(value), self.clock())
+        good = positive(value)
+        cache.put(key, value, good,
+                  self.cache_seconds if good else self.denied_cache_seconds, self.clock())
         return value
 
     def _review_access(self, user: User, access: Access) -> Decision:
@@ -463,22 +563,15 @@ class Authorizer:
         guarded: dict[str, Route | AsyncRoute] = {}
         for path, route in routes.items():
             async_route = route if isinstance(route, AsyncRoute) else _as_async(route)
-            scope: Callable[[Request], str]
-            if "{namespace}" in path:
-                scope = _path_namespace
-            elif path in NAMESPACE_QUERY_ROUTES:
-                scope = _query_namespace
-            else:
-                scope = _cluster_wide
             guarded[path] = AsyncRoute(async_route.method,
-                                       self._guard(async_route, scope, path),
+                                       self._guard(async_route, _route_access(path), path),
                                        async_route.protocol)
         return guarded
 
-    def _guard(self, route: AsyncRoute, scope: Callable[[Request], str],
+    def _guard(self, route: AsyncRoute, access_of: Callable[[Request], Access],
                path: str) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
-            access = Access.to(scope(request))
+            access = access_of(request)
             try:
                 await self.authorize(bearer_token(request.headers.get(b"authorization")),
                                      access)
@@ -511,16 +604,28 @@ def bearer_token(header: bytes | str | None) -> str | None:
     return token
 
 
-def _path_namespace(request: Request) -> str:
-    return request.params.get("namespace", "")
+def _route_access(path: str) -> Callable[[Request], Access]:
+    """What a request to the route ``path`` (a template) asks for."""
+    if NAMED_CLUSTER_SEGMENT in path:
+        return lambda r: Access.one(r.params.get("namespace", ""), r.params.get("name", ""))
+    if "{namespace}" in path:
+        return lambda r: Access.to(r.params.get("namespace", ""))
+    if path in NAMESPACE_QUERY_ROUTES:
+        return lambda r: Access.listing(r.query.get("namespace", ""))
+    return lambda _: Access.listing("")
 
 
-def _query_namespace(request: Request) -> str:
-    return request.query.get("namespace", "")
+def _grpc_access(method: str, request: Any) -> Access:
+    """What a gRPC request asks for, from its message's ``namespace`` and ``name``."""
+    namespace, name = (_text_field(request, f) for f in ("namespace", "name"))
+    if method in POD_METHODS:
+        return Access.to(namespace)
+    return Access.one(namespace, name) if name else Access.listing(namespace)
 
 
-def _cluster_wide(_: Request) -> str:
-    return ""
+def _text_field(message: Any, field_name: str) -> str:
+    value = getattr(message, field_name, "")
+    return value if isinstance(value, str) else ""
 
 
 def _as_async(route: Route) -> AsyncRoute:
@@ -551,13 +656,14 @@ class _Interceptor(grpc.aio.ServerInterceptor):
         if handler is None or service in UNGUARDED_SERVICES:
             return handler
         token = _metadata_token(details.invocation_metadata or ())
+        method: str = details.method
         check = self._check
 
         if handler.unary_unary is not None:
             inner = handler.unary_unary
 
             async def unary(request: Any, context: Any) -> Any:
-                await check(request, context, token)
+                await check(_grpc_access(method, request), context, token)
                 return await inner(request, context)
 
             return grpc.unary_unary_rpc_method_handler(
@@ -567,10 +673,11 @@ class _Interceptor(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                await check(request, context, token)
+                access = _grpc_access(method, request)
+                await check(access, context, token)
                 result = inner_stream(request, context)
                 if hasattr(result, "__aiter__"):
-                    async for message in result:
+                    async for message in self._rechecked(result, access, context, token):
                         yield message
                 else:  # a handler that writes with context.write
                     await result
@@ -592,14 +699,43 @@ class _Interceptor(grpc.aio.ServerInterceptor):
             refuse, request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer)
 
-    async def _check(self, request: Any, context: Any, token: str | None) -> None:
-        namespace = getattr(request, "namespace", "")
-        access = Access.to(namespace if isinstance(namespace, str) else "")
+    async def _check(self, access: Access, context: Any, token: str | None) -> None:
         try:
             await self.authorizer.authorize(token, access)
         except RaygateError as exc:
             code, message, trailer = grpc_status_for(exc)
             await context.abort(code, message, trailer)
+
+    async def _rechecked(self, messages: AsyncIterator[Any], access: Access, context: Any,
+                         token: str | None) -> AsyncIterator[Any]:
+        """``messages``, checked again every ``cache_seconds`` (mostly a cache hit): a
+        Watch outliving its token or RoleBinding ends with the refusal. Checked when the
+        time has come by the authorizer's clock, before a message goes out or, on an
+        idle stream, after waiting that long."""
+        authorizer = self.authorizer
+        every = max(authorizer.cache_seconds, MIN_RECHECK_SECONDS)
+        due = authorizer.clock() + every
+        iterator = aiter(messages)
+        pending: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(iterator))
+                await asyncio.wait((pending,), timeout=max(due - authorizer.clock(), 0.0))
+                if authorizer.clock() >= due:
+                    await self._check(access, context, token)  # aborts when refused
+                    due = authorizer.clock() + every
+                if not pending.done():
+                    continue
+                done, pending = pending, None
+                try:
+                    message = done.result()
+                except StopAsyncIteration:
+                    return
+                yield message
+        finally:
+            if pending is not None:
+                pending.cancel()
 
 
 def _metadata_token(metadata: Sequence[Any]) -> str | None:

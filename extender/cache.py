@@ -207,7 +207,7 @@ class Snapshot:
         config: PolicyConfig,
         remembered_preemptions: Iterable[PreemptionRecord] = (),
     ) -> None:
-        editor = Snapshot.empty(config).edit()
+        editor = SnapshotEditor(Snapshot.empty(config), whole=True)
         editor.remember(remembered_preemptions)
         views: Iterable[View]
         for views in (objects.nodes, objects.pods, objects.rayclusters, objects.podgroups,
@@ -241,7 +241,7 @@ class Snapshot:
         """The same objects under another policy (GPU classes and indexes rebuilt:
         O(objects), for a reloaded config file). Versions and preemption records carry
         over, so a later re-list keeps the views it finds unchanged."""
-        editor = Snapshot.empty(config).edit()
+        editor = SnapshotEditor(Snapshot.empty(config), whole=True)
         editor.remember(r for records in self._preemptions.values() for r in records)
         for kind in (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD):
             for resource_version, view in self._primary(kind).values():
@@ -469,7 +469,9 @@ class SnapshotEditor:
     after which the editor must not be used. One editor per writer: not thread-safe.
     """
 
-    def __init__(self, base: Snapshot) -> None:
+    def __init__(self, base: Snapshot, *, whole: bool = False) -> None:
+        """``whole``: the edit builds a snapshot from nothing (its changes are not
+        itemised: nobody holds the empty base)."""
         self._base = base
         self._config = base.config
         self._nodes = _Flat(base._nodes)
@@ -487,8 +489,9 @@ class SnapshotEditor:
         self._gpu: dict[str, bool] | None = None
         self._entries: dict[str, bytes] | None = None
         self._new_nodes: list[str] = []
-        self._bulk = False
-        """Pods were loaded in bulk (``_load_pods``): changes are not tracked."""
+        self._bulk = whole
+        """Built from nothing, or pods loaded in bulk (``_load_pods``): changes are not
+        itemised."""
         self._done = False
 
     # --- operations ---------------------------------------------------------------------

@@ -284,7 +284,8 @@ def _authorizer(settings: ServeSettings, connection: Connection | None) -> Autho
     # Imported here: only a process that checks callers needs it.
     from extender.authz import Authorizer
 
-    return Authorizer.from_connection(connection, settings.authz_cache_seconds)
+    return Authorizer.from_connection(connection, settings.authz_cache_seconds,
+                                      audiences=settings.authz_audiences)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

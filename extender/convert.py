@@ -119,8 +119,9 @@ class _Memo(dict[K, V]):
 
 
 class PodViews:
-    """Pods to views, sharing the parts that repeat. The memos are plain dicts: one
-    instance per thread keeps their bounded clearing simple (not locked)."""
+    """Pods to views, sharing the parts that repeat. The memos are plain dicts, bounded by
+    clearing when full: threads may share an instance (under the GIL a race at worst
+    clears a memo twice)."""
 
     def __init__(self, limit: int = 50_000) -> None:
         self._resources: _Memo[tuple[tuple[str, kube.Quantity], ...], Mapping[str, int]] = (
@@ -226,7 +227,7 @@ class PodViews:
 
 pod_view = PodViews()
 """Pod to view, with what repeats from pod to pod shared: the request path's converter
-(one event loop thread; the list/watch path has one ``PodViews`` per watcher)."""
+(the list/watch path has one of its own: ``extender.kube.resources``)."""
 
 
 def node_view(node: kube.Node, path: str = "$") -> NodeView:

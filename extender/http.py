@@ -275,10 +275,7 @@ def create_app(
         try:
             if route is None:
                 raise NotFound(f"no route {scope['path']}")
-            if scope["method"].encode() != route.method and not (
-                scope["method"] == "HEAD" and route.method == b"GET"
-            ):
-                raise MethodNotAllowed(f"{scope['path']} accepts {route.method.decode()}")
+            _check_method(scope, route.method)
             gate = route.gate
             if gate is None:
                 request = await _read_body(
@@ -311,17 +308,29 @@ def create_app(
             status, body, content_type = _internal(route)
             if timer is not None:
                 timer.error(RaygateError.reason)
-        await send({
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", content_type),
-                        (b"content-length", str(len(body)).encode())],
-        })
-        await send({"type": "http.response.body", "body": body})
-        if timer is not None:
-            timer.done(status, perf_counter() - started)
+        await _send(send, status, _head(content_type, body), body, timer=timer, started=started)
 
     return app
+
+
+def _check_method(scope: Scope, method: bytes) -> None:
+    if scope["method"].encode() != method and not (
+        scope["method"] == "HEAD" and method == b"GET"
+    ):
+        raise MethodNotAllowed(f"{scope['path']} accepts {method.decode()}")
+
+
+def _head(content_type: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+                *, timer: RouteMetrics | None, started: float) -> None:
+    """The reply, then its count and time in the route's metrics."""
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    if timer is not None:
+        timer.done(status, perf_counter() - started)
 
 
 async def _serve_async(
@@ -332,10 +341,7 @@ async def _serve_async(
     # latency with that in mind.
     started = perf_counter()
     try:
-        if scope["method"].encode() != route.method and not (
-            scope["method"] == "HEAD" and route.method == b"GET"
-        ):
-            raise MethodNotAllowed(f"{scope['path']} accepts {route.method.decode()}")
+        _check_method(scope, route.method)
         headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
             headers[name] = headers[name] + b", " + value if name in headers else value
@@ -357,19 +363,13 @@ async def _serve_async(
             timer.error(exc.reason)
     except Exception:
         log.exception("%s %s failed", scope["method"], scope["path"])
-        response = Response(*reply_for(RaygateError("internal error; see raygate's log"),
-                                       route.protocol))
+        response = Response(*_internal(route))
         if timer is not None:
             timer.error(RaygateError.reason)
     # 304 carries no body (RFC 9110 §15.4.5), and so no content type or length.
-    head = [] if response.status == 304 else [
-        (b"content-type", response.content_type),
-        (b"content-length", str(len(response.body)).encode())]
-    await send({"type": "http.response.start", "status": response.status,
-                "headers": [*head, *response.headers]})
-    await send({"type": "http.response.body", "body": response.body})
-    if timer is not None:
-        timer.done(response.status, perf_counter() - started)
+    head = [] if response.status == 304 else _head(response.content_type, response.body)
+    await _send(send, response.status, [*head, *response.headers], response.body,
+                timer=timer, started=started)
 
 
 RETRY_AFTER_SECONDS = 1
@@ -391,15 +391,11 @@ async def _shed(gate: Gate, scope: Scope, send: Send,
     status, body, content_type = reply_for(error, Protocol.RAYGATE)
     # The unread body is parsed and dropped by the server as it arrives; the connection
     # stays usable for the next request.
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(RETRY_AFTER_SECONDS).encode())]})
-    await send({"type": "http.response.body", "body": body})
-    if timer is not None:
-        timer.done(status, perf_counter() - started)
+    headers = [*_head(content_type, body), (b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
+    await _send(send, status, headers, body, timer=timer, started=started)
 
 
-def _internal(route: Route | None) -> Reply:
+def _internal(route: Route | AsyncRoute | None) -> Reply:
     error = RaygateError("internal error; see raygate's log")
     return reply_for(error, route.protocol if route else Protocol.RAYGATE)
 

@@ -391,7 +391,8 @@ class _AuthzCollector(Collector):
         decisions = CounterMetricFamily(
             "raygate_authz_decisions",
             "Callers of the status APIs by outcome: allowed, unauthenticated, forbidden, "
-            "unavailable (the API server could not be asked: callers get 503).",
+            "unavailable (503: the API server could not be asked, or too many reviews "
+            "were in flight).",
             labels=["outcome"])
         for outcome, count in sorted(self.counts.decisions.items()):
             decisions.add_metric([outcome], count)

@@ -178,11 +178,9 @@ class RaygateServer:
             self.metrics.watch_tls("main", self.tls)
         # Pod names and scheduling reasons: behind the authorizer when there is one. The
         # OpenAPI document describes the API and holds no cluster data.
-        private: dict[str, Route | AsyncRoute] = {
-            **{p: r for p, r in admission_routes(self.admission).items()
-               if p != "/openapi.json"},
-            **explain_routes(self.explain),
-        }
+        private = admission_routes(self.admission)
+        openapi = {"/openapi.json": private.pop("/openapi.json")}
+        private.update(explain_routes(self.explain))
         if authorizer is not None:
             private = authorizer.guard_routes(private)
         self.authorizer = authorizer
@@ -193,7 +191,7 @@ class RaygateServer:
             **scheduler_routes(self.scheduler),
             **volcano_routes(VolcanoExtender(cache, self.scheduler.clock, self.metrics),
                              Gate(settings.predicate_concurrency)),
-            **admission_routes(self.admission),
+            **openapi,
             **private,
         }
         self._http = _HttpServer(
@@ -332,17 +330,22 @@ class RaygateServer:
         while True:
             await asyncio.sleep(self.cert_poll_seconds)
             for reloader in reloaders:
-                reloader.check()
+                try:
+                    reloader.check()
+                except Exception:
+                    # Nobody awaits this task: an exception would end it silently, and
+                    # no listener would reload again. Say why, and keep polling.
+                    log.exception("%s: checking the certificate files failed",
+                                  reloader.name)
 
 
 def _main_tls(settings: ServeSettings) -> CertReloader | None:
-    if not settings.tls_cert and not settings.tls_key:
-        if settings.client_ca:
-            raise ConfigError(["client_ca: client certificates need TLS: set tls_cert and "
-                               "tls_key too"])
+    if not (settings.tls_cert or settings.tls_key or settings.client_ca):
         return None
     if not (settings.tls_cert and settings.tls_key):
-        missing = "tls_key" if settings.tls_cert else "tls_cert"
-        raise ConfigError([f"{missing}: TLS needs both tls_cert and tls_key"])
+        # Settings read by extender.settings never get here (checked there, naming where
+        # each was set); a server built from bare ServeSettings must still not serve
+        # plain text when TLS was asked for.
+        raise ConfigError(["tls_cert, tls_key: TLS (and client_ca) needs both"])
     return CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
                         "TLS")

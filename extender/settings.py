@@ -34,6 +34,7 @@ from typing import Any, Literal
 import yaml
 from kubernetes.config.incluster_config import SERVICE_HOST_ENV_NAME
 
+from extender.files import file_stamp
 from extender.logs import FORMATS as LOG_FORMATS
 from extender.logs import LEVELS as LOG_LEVELS
 from plugin.config import (
@@ -101,6 +102,10 @@ class ServeSettings:
     """on | off | auto: TokenReview + SubjectAccessReview when following a cluster from
     inside it (in-cluster config), off for --demo, snapshots and kubeconfigs."""
     authz_cache_seconds: float = 10.0
+    authz_audiences: tuple[str, ...] = ()
+    """Accept only bearer tokens issued for one of these audiences (TokenReview
+    ``spec.audiences``): a token a caller sends raygate is then no key to the API
+    server. Empty: the API server's own audience, any service account token."""
     """How long a token's review and a (user, namespace) access answer are reused: the
     API server is asked at most once per this long per caller, not per request."""
 
@@ -184,6 +189,18 @@ def _authz_mode(value: object, text: bool) -> str:
     return str(_choice(AUTHZ_MODES)(value, text))
 
 
+def _audiences(value: object, text: bool) -> tuple[str, ...]:
+    # A flag or a variable lists them comma-separated; the file as a YAML list (or the
+    # same comma-separated string).
+    if isinstance(value, str):
+        names = value.split(",")
+    elif not text and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        names = value
+    else:
+        raise _Invalid("a list of audience names (comma-separated in a flag or variable)")
+    return tuple(name.strip() for name in names if name.strip())
+
+
 def _positive_int(value: object, text: bool) -> int:
     if text and isinstance(value, str) and value.strip().isdigit():
         value = int(value)
@@ -255,6 +272,9 @@ SETTINGS: tuple[Setting, ...] = (
              "SubjectAccessReview; auto: on when running in-cluster", choices=AUTHZ_MODES),
     _setting("authz_cache_seconds", "authz.cacheSeconds", _seconds(False),
              "reuse a token review or access answer this long", metavar="SECONDS"),
+    _setting("authz_audiences", "authz.audiences", _audiences,
+             "accept only tokens issued for one of these audiences (TokenReview "
+             "spec.audiences); empty: the API server's own", metavar="AUD,..."),
     _setting("max_body_bytes", "limits.maxBodyBytes", _positive_int,
              "largest request body accepted (413 above)", metavar="BYTES"),
     _setting("header_timeout_seconds", "limits.headerTimeoutSeconds", _seconds(False),
@@ -309,13 +329,11 @@ Stamp = tuple[int, int, int, int]
 
 
 def _stamp(path: str) -> Stamp | None:
-    """What changes when the file does. A ConfigMap volume swaps a symlink to a new
-    directory on update, so the inode changes even when size and mtime would not."""
+    """What changes when the file does (``extender.files``); None when it is missing."""
     try:
-        st = os.stat(path)
+        return file_stamp([path])[0]
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 @dataclass(frozen=True)
@@ -607,6 +625,8 @@ def authz_enabled(settings: ServeSettings, environ: Mapping[str, str]) -> bool:
 
 
 def _yaml_value(value: Any) -> str:
+    if isinstance(value, tuple):  # safe_dump writes lists, not tuples
+        value = list(value)
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 20,
                           allow_unicode=True).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()

@@ -11,6 +11,8 @@ that says why. Both servers then hand every *new* handshake the newest good stat
   OpenSSL's ``SSL_set_SSL_CTX``), which takes the certificate, the key *and* the CA store
   of the new context: a CA removed from the bundle stops being trusted without a restart,
   which loading new files into the old context could not do (it only ever adds CAs).
+  With a client CA the HTTP listener speaks TLS 1.3 only and issues no session tickets:
+  a resumed session would skip the client-certificate check against the new CAs.
 * gRPC: ``grpc.dynamic_ssl_server_credentials``, whose fetcher gRPC calls before every
   new handshake; it returns the new configuration once per reload.
 
@@ -20,20 +22,20 @@ Connections already open keep the certificate they were made with.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
+from extender.files import Stamp, file_stamp
 from plugin.config import ConfigError
 
 __all__ = ["CertReloader", "TlsFiles"]
 
 log = logging.getLogger("raygate.tls")
 
-_Signature = tuple[tuple[int, int, int, int], ...]
+_Signature = tuple[Stamp, ...]
 
 
 @dataclass(frozen=True)
@@ -62,17 +64,6 @@ class _Loaded:
     generation: int
 
 
-def _signature(paths: tuple[str, ...]) -> _Signature:
-    # Kubernetes updates a mounted Secret by swapping the `..data` symlink to a new
-    # directory: stat() follows the link, so the inode changes even when the size and the
-    # mtime of the new file happen to match the old.
-    out = []
-    for path in paths:
-        st = os.stat(path)
-        out.append((st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -88,10 +79,11 @@ class CertReloader:
         """Good reloads after the first load."""
         self.failures = 0
         """Changed files that did not load (the previous certificate stayed in use)."""
+        self._missing = False
         try:
-            self._seen = _signature(files.paths)
+            self._seen = file_stamp(files.paths)
             self._loaded = self._load(self._seen, 0)
-        except (OSError, ssl.SSLError, _Changed) as exc:
+        except (*_LOAD_ERRORS, _Changed) as exc:
             # At start there is no previous certificate to keep: refuse to start.
             raise ConfigError([f"{name}: cannot load {self._describe()}: {_reason(exc)}"]) \
                 from None
@@ -119,9 +111,20 @@ class CertReloader:
         # SSL_CTX_check_private_key), which is what catches a half-rotated pair.
         context.load_cert_chain(files.cert, files.key)
         if client_ca is not None:
-            context.load_verify_locations(cadata=client_ca.decode("ascii", "replace"))
+            # From the file, as OpenSSL reads PEM: text outside the BEGIN/END lines (a
+            # comment in any encoding) is skipped. The stamp check below tells whether
+            # these are the bytes read above, for gRPC.
+            context.load_verify_locations(cafile=files.client_ca)
             context.verify_mode = ssl.CERT_REQUIRED
-        if _signature(files.paths) != seen:
+            # A resumed session skips the client-certificate check, and what it resumes
+            # from (ticket keys, TLS 1.2's session-ID cache) is the listener's first
+            # context's, whatever the CAs are now. No tickets, and TLS 1.3 only (Python
+            # cannot turn the TLS 1.2 session cache off): every handshake is checked
+            # against the newest CAs.
+            context.num_tickets = 0
+            context.options |= ssl.OP_NO_TICKET
+            context.minimum_version = ssl.TLSVersion.TLSv1_3
+        if file_stamp(files.paths) != seen:
             raise _Changed
         return _Loaded(context, cert, key, client_ca, generation)
 
@@ -129,18 +132,23 @@ class CertReloader:
         """Reload when a file changed and the new files load; True when reloaded. Cheap
         when nothing changed (a stat per file)."""
         try:
-            seen = _signature(self.files.paths)
+            seen = file_stamp(self.files.paths)
         except OSError as exc:
-            # A file missing for a moment (being replaced): keep serving, try next time.
-            log.debug("%s: cannot stat %s: %s", self.name, self._describe(), exc)
+            # Secret volumes swap a symlink, so a file is never missing while being
+            # replaced there: this is worth a warning (once), and serving goes on.
+            if not self._missing:
+                log.warning("%s: cannot stat %s; keeping the previous certificate: %s",
+                            self.name, self._describe(), _reason(exc))
+            self._missing = True
             return False
+        self._missing = False
         if seen == self._seen:
             return False
         try:
             loaded = self._load(seen, self._loaded.generation + 1)
         except _Changed:
             return False  # written to while read: the signature differs next time too
-        except (OSError, ssl.SSLError, UnicodeError) as exc:
+        except _LOAD_ERRORS as exc:
             self._seen = seen  # warn once per change, not at every check
             self.failures += 1
             log.warning("%s: new %s do not load; keeping the previous certificate: %s",
@@ -194,6 +202,11 @@ class CertReloader:
 
 class _Changed(Exception):
     """The files changed while they were being read."""
+
+
+_LOAD_ERRORS = (OSError, ssl.SSLError, ValueError)
+"""What files that do not make a working whole raise (ValueError: bytes that are not
+what OpenSSL or Python expected)."""
 
 
 def _reason(exc: BaseException) -> str:

@@ -16,8 +16,12 @@ It speaks what raygate's list/watch relies on, as kube-apiserver does:
 * ``POST`` TokenReviews (``authentication.k8s.io/v1``) and SubjectAccessReviews
   (``authorization.k8s.io/v1``), validated as kube-apiserver validates them, answered
   from a table of tokens (``users``) and of grants (``grant``), as RBAC would: a grant
-  with namespace "" (a ClusterRoleBinding) allows every namespace, and a subject is a
-  user name or one of its groups.
+  with namespace "" (a ClusterRoleBinding) allows every namespace, a grant with a name
+  (a rule's ``resourceNames``) only requests for that name, and a subject is a user name
+  or one of its groups. A token is valid for the audiences its entry lists (by default
+  the API server's own, ``api_audiences``); a TokenReview's ``spec.audiences`` (empty:
+  the API server's own) must meet them, else the token does not authenticate, and
+  ``status.audiences`` is the intersection, as kube-apiserver answers.
 
 And the faults a client must survive, on demand: dropped connections, a restart (all
 connections cut, the port refused until ``start``, the history lost), compaction,
@@ -49,6 +53,7 @@ import msgspec
 
 __all__ = [
     "ACCESS_REVIEWS",
+    "API_AUDIENCES",
     "CORE",
     "CRDS",
     "TOKEN_REVIEWS",
@@ -65,6 +70,8 @@ RV_PLACEHOLDER = b"__RV__"
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+API_AUDIENCES = ("https://kubernetes.default.svc.cluster.local",)
+"""kube-apiserver's default ``--api-audiences`` (its service account issuer)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,9 @@ class ReviewUser:
     uid: str = ""
     groups: tuple[str, ...] = ()
     extra: dict[str, list[str]] = field(default_factory=dict)
+    audiences: tuple[str, ...] = ()
+    """What the token is valid for (a projected token's audiences); () for the API
+    server's own."""
 
 
 @dataclass(frozen=True)
@@ -164,13 +174,19 @@ class ApiServerDouble:
         """(path, query) of every request, in order."""
         self.users: dict[str, ReviewUser] = {}
         """TokenReview: token -> the user it authenticates; any other token is rejected."""
-        self.grants: set[tuple[str, str, str, str]] = set()
-        """SubjectAccessReview: (subject, verb, namespace, resource) allowed; see ``grant``."""
+        self.grants: set[tuple[str, str, str, str, str]] = set()
+        """SubjectAccessReview: (subject, verb, namespace, resource, name) allowed; see
+        ``grant``."""
+        self.audience_aware = True
+        """False: answer TokenReviews as an authenticator that ignores ``spec.audiences``
+        (an old webhook): no ``status.audiences``, whatever was asked."""
         self.reviews: list[tuple[str, Obj]] = []
         """(path, body) of every review POSTed, in order."""
         self.review_gate = threading.Event()
         """Reviews are answered only while set (clear it to hold them: a slow server)."""
         self.review_gate.set()
+        self.api_audiences: tuple[str, ...] = API_AUDIENCES
+        """What a token is valid for when its entry names no audiences."""
         self._lock = threading.RLock()
         self._rv = 1000
         self._stores: dict[str, _Store] = {c.path: _Store(c) for c in CORE}
@@ -298,17 +314,27 @@ class ApiServerDouble:
         return len(self._store(collection).objects)
 
     # --- reviews --------------------------------------------------------------------------
-    def grant(self, subject: str, verb: str, resource: str, namespace: str = "") -> None:
+    def grant(self, subject: str, verb: str, resource: str, namespace: str = "",
+              name: str = "") -> None:
         """Allow ``subject`` (a user name or a group) ``verb`` on ``resource`` in
-        ``namespace``; "" for every namespace, as a ClusterRoleBinding does."""
+        ``namespace``; "" for every namespace, as a ClusterRoleBinding does. With
+        ``name``, only requests naming it (``resourceNames``: a request without a name,
+        such as a list, is not allowed by such a rule)."""
         with self._lock:
-            self.grants.add((subject, verb, namespace, resource))
+            self.grants.add((subject, verb, namespace, resource, name))
+
+    def revoke(self, subject: str, verb: str, resource: str, namespace: str = "",
+               name: str = "") -> None:
+        """Take back a ``grant`` (a RoleBinding deleted)."""
+        with self._lock:
+            self.grants.discard((subject, verb, namespace, resource, name))
 
     def allowed(self, user: str, groups: Iterable[str], verb: str, namespace: str,
-                resource: str) -> bool:
+                resource: str, *, name: str = "") -> bool:
         with self._lock:
-            return any((subject, verb, where, resource) in self.grants
-                       for subject in (user, *groups) for where in {namespace, ""})
+            return any((subject, verb, where, resource, named) in self.grants
+                       for subject in (user, *groups) for where in {namespace, ""}
+                       for named in {name, ""})
 
     def review_count(self, path: str) -> int:
         with self._lock:
@@ -496,17 +522,33 @@ def _token_review(owner: ApiServerDouble, review: Any) -> Obj | str:
     token = (review.get("spec") or {}).get("token")
     if not isinstance(token, str) or not token:
         return "spec.token: Required value"
+    asked = (review.get("spec") or {}).get("audiences") or []
     user = owner.users.get(token)
     # As kube-apiserver answers: every status field is omitempty.
     status: Obj = {"user": {}}
-    if user is not None:
-        info: Obj = {"username": user.username, "groups": list(user.groups)}
-        if user.uid:
-            info["uid"] = user.uid
-        if user.extra:
-            info["extra"] = user.extra
-        status = {"authenticated": True, "user": info}
+    if user is not None and not owner.audience_aware:
+        status = {"authenticated": True, "user": _user_info(user)}
+    elif user is not None:
+        # An empty spec.audiences means the API server's own; the answer's audiences are
+        # those asked for that the token is valid for, and none means unauthenticated.
+        wanted = asked or list(owner.api_audiences)
+        valid = [a for a in wanted if a in (user.audiences or owner.api_audiences)]
+        if valid:
+            status = {"authenticated": True, "user": _user_info(user), "audiences": valid}
+        else:
+            status = {"user": {}, "error": "[invalid bearer token, token audiences "
+                      f"{list(user.audiences or owner.api_audiences)} is invalid for the "
+                      f"target audiences {wanted}]"}
     return {**review, "metadata": {"creationTimestamp": None}, "status": status}
+
+
+def _user_info(user: ReviewUser) -> Obj:
+    info: Obj = {"username": user.username, "groups": list(user.groups)}
+    if user.uid:
+        info["uid"] = user.uid
+    if user.extra:
+        info["extra"] = user.extra
+    return info
 
 
 def _access_review(owner: ApiServerDouble, review: Any) -> Obj | str:
@@ -528,7 +570,8 @@ def _access_review(owner: ApiServerDouble, review: Any) -> Obj | str:
     attributes = attributes or {}
     allowed = owner.allowed(spec.get("user", ""), spec.get("groups") or (),
                             attributes.get("verb", ""), attributes.get("namespace", ""),
-                            f"{attributes.get('resource', '')}.{attributes.get('group', '')}")
+                            f"{attributes.get('resource', '')}.{attributes.get('group', '')}",
+                            name=attributes.get("name", ""))
     status: Obj = {"allowed": allowed}
     if allowed:
         status["reason"] = "allowed by the double's grant table"

@@ -12,29 +12,36 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from kubernetes.config.config_exception import ConfigException
 
-from extender.authz import Access, Authorizer, User, bearer_token
+from extender.authz import Access, Authorizer, KubeReviewer, User, bearer_token
 from extender.cache import ClusterCache
 from extender.client import connect, token_file
-from extender.errors import Forbidden, Unauthorized
+from extender.errors import Forbidden, Unauthorized, Unavailable
 from extender.explain import SERVICE_NAME as EXPLAIN_SERVICE
 from extender.grpc_api import SERVICE_NAME as ADMISSION_SERVICE
-from extender.kube.client import load_connection
+from extender.kube.client import Connection, load_connection
 from extender.proto.raygate.v1 import admission_pb2 as apb
 from extender.proto.raygate.v1 import admission_pb2_grpc, explain_pb2_grpc
 from extender.proto.raygate.v1 import explain_pb2 as epb
 from plugin.config import PolicyConfig
-from tests.apiserver import ACCESS_REVIEWS, TOKEN_REVIEWS, ApiServerDouble, ReviewUser
+from tests.apiserver import (
+    ACCESS_REVIEWS,
+    API_AUDIENCES,
+    TOKEN_REVIEWS,
+    ApiServerDouble,
+    ReviewUser,
+)
 from tests.builders import Obj, make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, snapshot_of
 
@@ -50,7 +57,16 @@ BOB = ReviewUser("bob", uid="u-bob", groups=("system:authenticated",))
 AUTOSCALER = ReviewUser("system:serviceaccount:team-b:rc-b", uid="u-sa",
                         groups=("system:serviceaccounts", "system:serviceaccounts:team-b",
                                 "system:authenticated"))
-USERS = {"alice-token": ALICE, "bob-token": BOB, "autoscaler-token": AUTOSCALER}
+# carol may get but not list team-a; dave may get rc-a alone (a Role with resourceNames).
+CAROL = ReviewUser("carol", uid="u-carol", groups=("system:authenticated",))
+DAVE = ReviewUser("dave", uid="u-dave", groups=("system:authenticated",))
+RAYGATE_AUDIENCE = "raygate.example.com"
+# alice again, with a token bound to raygate's audience (a projected token): no good
+# against the API server itself.
+ALICE_FOR_RAYGATE = ReviewUser("alice", uid="u-alice", groups=("system:authenticated",),
+                               audiences=(RAYGATE_AUDIENCE,))
+USERS = {"alice-token": ALICE, "bob-token": BOB, "autoscaler-token": AUTOSCALER,
+         "carol-token": CAROL, "dave-token": DAVE, "alice-raygate-token": ALICE_FOR_RAYGATE}
 TOKENS = (*USERS, "nobody-token", "raygate-test-token")
 """Every secret in play, raygate's own included: none may appear in a log or a reply."""
 
@@ -65,7 +81,11 @@ OBJECTS: tuple[Obj, ...] = (
 
 def populate(double: ApiServerDouble) -> None:
     double.users.update(USERS)
+    # As a RoleBinding to deploy/base's raygate-status-reader in team-a: get and list.
     double.grant("alice", "get", RAYCLUSTERS, "team-a")
+    double.grant("alice", "list", RAYCLUSTERS, "team-a")
+    double.grant("carol", "get", RAYCLUSTERS, "team-a")
+    double.grant("dave", "get", RAYCLUSTERS, "team-a", name="rc-a")
     # Cluster-wide, as a ClusterRoleBinding to deploy/base's raygate-status-reader: list
     # does not imply get in RBAC, so the role has both.
     double.grant("bob", "get", RAYCLUSTERS)
@@ -165,20 +185,31 @@ HTTP_CASES = [
     # One namespace: get on rayclusters there.
     HttpCase("own-namespace", A_STATUS, "Bearer alice-token", 200),
     HttpCase("other-namespace", B_STATUS, "Bearer alice-token", 403,
-             denied='user "alice" may not get rayclusters.ray.io in namespace "team-b"'),
+             denied='user "alice" may not get rayclusters.ray.io "rc-b" in namespace "team-b"'),
     HttpCase("cluster-wide-grant-covers-a-namespace", B_STATUS, "Bearer bob-token", 200),
     HttpCase("service-account-by-group", B_STATUS, "Bearer autoscaler-token", 200),
     HttpCase("service-account-elsewhere", A_STATUS, "Bearer autoscaler-token", 403,
-             denied="get rayclusters.ray.io in namespace \"team-a\""),
+             denied='get rayclusters.ray.io "rc-a" in namespace "team-a"'),
     HttpCase("unknown-cluster-still-checked", "/v1/namespaces/team-c/rayclusters/x/admission",
              "Bearer alice-token", 403),
     HttpCase("allowed-unknown-cluster", "/v1/namespaces/team-a/rayclusters/x/admission",
              "Bearer alice-token", 404),
+    # One cluster is a get of its name: a Role with resourceNames allows that name only.
+    HttpCase("resource-names", A_STATUS, "Bearer dave-token", 200),
+    HttpCase("resource-names-other-cluster", "/v1/namespaces/team-a/rayclusters/x/admission",
+             "Bearer dave-token", 403,
+             denied='user "dave" may not get rayclusters.ray.io "x" in namespace "team-a"'),
+    HttpCase("get-without-list", A_STATUS, "Bearer carol-token", 200),
     # Every namespace: list on rayclusters cluster-wide.
     HttpCase("list-all-needs-cluster-wide", "/v1/admission", "Bearer alice-token", 403,
              denied='user "alice" may not list rayclusters.ray.io cluster-wide'),
     HttpCase("list-all", "/v1/admission", "Bearer bob-token", 200),
     HttpCase("list-own-namespace", "/v1/admission?namespace=team-a", "Bearer alice-token", 200),
+    # Enumerating a namespace is RBAC's list there: get is not enough.
+    HttpCase("list-namespace-needs-list", "/v1/admission?namespace=team-a", "Bearer carol-token",
+             403, denied='user "carol" may not list rayclusters.ray.io in namespace "team-a"'),
+    HttpCase("list-namespace-not-by-name", "/v1/admission?namespace=team-a",
+             "Bearer dave-token", 403),
     HttpCase("list-other-namespace", "/v1/admission?namespace=team-b", "Bearer alice-token",
              403),
     HttpCase("list-empty-namespace-is-all", "/v1/admission?namespace=", "Bearer alice-token",
@@ -189,6 +220,10 @@ HTTP_CASES = [
     HttpCase("explain-own", A_EXPLAIN, "Bearer alice-token", 200),
     HttpCase("explain-other", B_EXPLAIN, "Bearer alice-token", 403),
     HttpCase("explain-no-token", A_EXPLAIN, None, 401),
+    # A pod's name is not a RayCluster's: explain asks get in the namespace, unnamed.
+    HttpCase("explain-with-get", A_EXPLAIN, "Bearer carol-token", 200),
+    HttpCase("explain-not-by-cluster-name", A_EXPLAIN, "Bearer dave-token", 403,
+             denied='user "dave" may not get rayclusters.ray.io in namespace "team-a"'),
     HttpCase("post-explain-needs-cluster-wide", "/v1/explain", "Bearer alice-token", 403,
              method="POST", body=EXPLAIN_BODY, denied="list rayclusters.ray.io cluster-wide"),
     # The query is not the handler's: it cannot narrow what the check asks for.
@@ -249,18 +284,24 @@ def test_http_answers_are_the_handlers_own(shared: Env) -> None:
 def test_reviews_carry_what_rbac_needs(env: Env) -> None:
     assert env.get(A_STATUS, "Bearer alice-token").status_code == 200
     assert env.get("/v1/admission", "Bearer alice-token").status_code == 403
+    assert env.get("/v1/admission?namespace=team-a", "Bearer alice-token").status_code == 200
+    assert env.get(A_EXPLAIN, "Bearer alice-token").status_code == 200
     (_, token_review), = [r for r in env.double.reviews if r[0] == TOKEN_REVIEWS]
     assert token_review == {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                             "spec": {"token": "alice-token"}}
     specs = [body["spec"] for path, body in env.double.reviews if path == ACCESS_REVIEWS]
     who = {"user": "alice", "uid": "u-alice", "groups": ["system:authenticated"],
            "extra": {"scopes.example.com": ["status"]}}
+    rayclusters = {"group": "ray.io", "resource": "rayclusters"}
     assert specs == [
-        {"resourceAttributes": {"verb": "get", "group": "ray.io", "resource": "rayclusters",
-                                "namespace": "team-a"}, **who},
+        # One cluster: get, named (so a Role's resourceNames can match).
+        {"resourceAttributes": {"verb": "get", **rayclusters, "namespace": "team-a",
+                                "name": "rc-a"}, **who},
         # A SubjectAccessReview's empty namespace is "all namespaces": left out.
-        {"resourceAttributes": {"verb": "list", "group": "ray.io", "resource": "rayclusters"},
-         **who},
+        {"resourceAttributes": {"verb": "list", **rayclusters}, **who},
+        {"resourceAttributes": {"verb": "list", **rayclusters, "namespace": "team-a"}, **who},
+        # A pod explained: get in its namespace, no name (a pod's is not a RayCluster's).
+        {"resourceAttributes": {"verb": "get", **rayclusters, "namespace": "team-a"}, **who},
     ]
 
 
@@ -294,8 +335,20 @@ GRPC_CASES = [
     GrpcCase("list-all-alice", "List", apb.ListRequest(), "Bearer alice-token", DENIED),
     GrpcCase("list-all-bob", "List", apb.ListRequest(), "Bearer bob-token", OK),
     GrpcCase("list-own", "List", apb.ListRequest(namespace="team-a"), "Bearer alice-token", OK),
+    GrpcCase("list-needs-list", "List", apb.ListRequest(namespace="team-a"),
+             "Bearer carol-token", DENIED),
+    GrpcCase("get-without-list", "Get", GET_A, "Bearer carol-token", OK),
+    GrpcCase("get-by-resource-name", "Get", GET_A, "Bearer dave-token", OK),
+    GrpcCase("get-other-resource-name", "Get", apb.GetRequest(namespace="team-a", name="x"),
+             "Bearer dave-token", DENIED),
     GrpcCase("watch-own", "Watch", apb.WatchRequest(namespace="team-a"), "Bearer alice-token",
              OK),
+    GrpcCase("watch-namespace-needs-list", "Watch", apb.WatchRequest(namespace="team-a"),
+             "Bearer carol-token", DENIED),
+    GrpcCase("watch-one-by-resource-name", "Watch",
+             apb.WatchRequest(namespace="team-a", name="rc-a"), "Bearer dave-token", OK),
+    GrpcCase("watch-namespace-not-by-name", "Watch", apb.WatchRequest(namespace="team-a"),
+             "Bearer dave-token", DENIED),
     GrpcCase("watch-all-alice", "Watch", apb.WatchRequest(), "Bearer alice-token", DENIED),
     GrpcCase("watch-no-token", "Watch", apb.WatchRequest(namespace="team-a"), None,
              UNAUTHENTICATED),
@@ -303,6 +356,11 @@ GRPC_CASES = [
              "Bearer alice-token", OK),
     GrpcCase("explain-other", "Explain",
              epb.ExplainRequest(namespace="team-b", name="rc-b-head"), "Bearer alice-token",
+             DENIED),
+    GrpcCase("explain-with-get", "Explain",
+             epb.ExplainRequest(namespace="team-a", name="rc-a-head"), "Bearer carol-token", OK),
+    GrpcCase("explain-not-by-cluster-name", "Explain",
+             epb.ExplainRequest(namespace="team-a", name="rc-a-head"), "Bearer dave-token",
              DENIED),
 ]
 
@@ -415,6 +473,14 @@ def test_the_cache_is_bounded(tmp_path: Path) -> None:
         assert env.double.review_count(TOKEN_REVIEWS) == 4
 
 
+R = TypeVar("R")
+
+
+def on_server_loop(env: Env, work: Coroutine[Any, Any, R]) -> R:
+    """Run ``work`` on the event loop the servers (and so the authorizer) run on."""
+    return asyncio.run_coroutine_threadsafe(work, env.server.loop).result(WAIT)
+
+
 def test_identical_reviews_in_flight_share_one_call(env: Env) -> None:
     """Eight callers at once with the same token, while the API server holds the first
     review: one TokenReview, one SubjectAccessReview, eight answers."""
@@ -432,7 +498,7 @@ def test_identical_reviews_in_flight_share_one_call(env: Env) -> None:
         await loop.run_in_executor(None, env.double.review_gate.set)
         return await asyncio.wait_for(asyncio.gather(*calls), WAIT)
 
-    users = asyncio.run(burst())
+    users = on_server_loop(env, burst())
     assert {u.name for u in users} == {"alice"} and len(users) == 8
     assert env.reviews() == (1, 1)
     assert authorizer.counts.reviews == {("tokenreview", "ok"): 1,
@@ -497,9 +563,220 @@ def test_the_token_is_never_logged(env: Env, caplog: pytest.LogCaptureFixture) -
     for token in TOKENS:
         assert token not in logged
     # Nor kept: the cache is keyed by the token's SHA-256.
-    keys = list(env.authorizer._users._entries)
+    users = env.authorizer._users
+    keys = [*users.positive._entries, *users.negative._entries]
     assert keys and all(len(k) == 32 for k in keys)
     assert not {t.encode() for t in TOKENS} & set(keys)
+
+
+class _ExplodingReviewer(KubeReviewer):
+    """The real reviewer, but its TokenReview fails in a way nobody foresaw, with the
+    caller's token in the exception's message."""
+
+    def review_token(self, token: str, audiences: tuple[str, ...] = ()) -> User | None:
+        raise ValueError(f"cannot encode {token!r}")
+
+
+def _failing_refresh(_: Any) -> None:
+    # What the kubernetes client's in-cluster loader raises when raygate's own service
+    # account token cannot be read again.
+    raise ConfigException("Token file exists but empty.")
+
+
+@pytest.mark.parametrize("failure", ["token-refresh", "unforeseen"])
+def test_any_review_failure_fails_closed(env: Env, caplog: pytest.LogCaptureFixture,
+                                         failure: str) -> None:
+    """Whatever breaks while reviewing (here: the client's refresh of raygate's own token,
+    in ``param_serialize``; an unexpected exception) is a 503 / UNAVAILABLE for every
+    caller waiting on that review, logged once, never with the token."""
+    reviewer = cast(KubeReviewer, env.authorizer.reviewer)
+    if failure == "token-refresh":
+        reviewer.api.configuration.refresh_api_key_hook = _failing_refresh
+    else:
+        env.authorizer.reviewer = _ExplodingReviewer(
+            Connection(reviewer.api.configuration, reviewer.where))
+        reviewer.close()
+    authorizer = env.authorizer
+
+    async def burst() -> list[BaseException | User]:
+        return await asyncio.gather(
+            *(authorizer.authorize("alice-token", Access.one("team-a", "rc-a"))
+              for _ in range(4)), return_exceptions=True)
+
+    with caplog.at_level(logging.DEBUG, "raygate.authz"):
+        answers = on_server_loop(env, burst())
+        reply = env.get(A_STATUS, "Bearer alice-token")
+        code, details = _call(env, GrpcCase("", "Get", GET_A, "Bearer alice-token", OK))
+    assert all(isinstance(a, Unavailable) for a in answers), answers
+    assert reply.status_code == 503, reply.text
+    assert reply.json()["error"]["message"].startswith("cannot verify the caller")
+    assert code == grpc.StatusCode.UNAVAILABLE and "cannot verify" in details
+    # One review for the four callers at once, then one per request.
+    records = [r for r in caplog.records if "cannot verify a caller" in r.getMessage()]
+    assert len(records) == 3
+    assert ("Token file exists but empty" if failure == "token-refresh"
+            else "ValueError") in records[0].getMessage()
+    for record in records:
+        assert "alice-token" not in record.getMessage()
+    assert authorizer.counts.decisions == {"unavailable": 6}
+    assert authorizer.counts.reviews == {("tokenreview", "error"): 3}
+
+
+def test_reviews_in_flight_are_capped(tmp_path: Path) -> None:
+    """With ``max_reviews`` reviews held by a slow API server, a new token is refused at
+    once (503) instead of queueing; a caller already known is still answered from the
+    cache; the held ones finish once the server answers."""
+    for env in make_env(tmp_path, max_reviews=2):
+        assert env.get(A_STATUS, "Bearer alice-token").status_code == 200
+        env.double.review_gate.clear()
+        users, refused, known = on_server_loop(env, _flood(env))
+        assert [u.name for u in users] == ["bob", AUTOSCALER.username]
+        assert isinstance(refused, Unavailable) and "too many" in str(refused)
+        assert known.name == "alice"
+        assert env.double.review_count(TOKEN_REVIEWS) == 3  # alice, bob, autoscaler
+        assert env.authorizer.counts.decisions == {"allowed": 4, "unavailable": 1}
+        # Shed, not remembered: carol is reviewed once there is room.
+        assert env.get(A_STATUS, "Bearer carol-token").status_code == 200
+
+
+async def _flood(env: Env) -> tuple[list[User], BaseException | None, User]:
+    """Two new tokens held in review, then a third, then one already known."""
+    authorizer = env.authorizer
+    held = [asyncio.ensure_future(authorizer.authorize(t, Access.one("team-b", "rc-b")))
+            for t in ("bob-token", "autoscaler-token")]
+    while len(authorizer._inflight) < 2:
+        await asyncio.sleep(0.005)
+    refused: BaseException | None = None
+    try:
+        await authorizer.authorize("carol-token", Access.one("team-a", "rc-a"))
+    except Unavailable as exc:
+        refused = exc
+    known = await authorizer.authorize("alice-token", Access.one("team-a", "rc-a"))
+    await asyncio.get_running_loop().run_in_executor(None, env.double.review_gate.set)
+    return await asyncio.wait_for(asyncio.gather(*held), WAIT), refused, known
+
+
+def test_rejected_tokens_do_not_evict_real_users(tmp_path: Path) -> None:
+    for env in make_env(tmp_path, max_entries=2, max_negative=2):
+        assert env.get(A_STATUS, "Bearer alice-token").status_code == 200
+        for i in range(10):
+            assert env.get(A_STATUS, f"Bearer forged-{i}").status_code == 401
+        assert env.get(A_STATUS, "Bearer alice-token").status_code == 200
+        assert env.double.review_count(TOKEN_REVIEWS) == 11  # alice once, from the cache after
+        users = env.authorizer._users
+        assert (len(users.positive._entries), len(users.negative._entries)) == (1, 2)
+
+
+# --- a Watch outliving its access -------------------------------------------------------
+
+
+def _changed_rc_a(env: Env) -> None:
+    """Something for a team-a Watch to send: rc-a's head pod goes."""
+    env.server.cache.publish(snapshot_of(*(o for o in OBJECTS if o is not HEAD_A)))
+
+
+@pytest.mark.parametrize(("revoke", "code"), [
+    ("nothing", OK),
+    ("rolebinding", DENIED),
+    ("token", UNAUTHENTICATED),
+])
+def test_a_watch_is_checked_again_while_it_streams(env: Env, revoke: str,
+                                                   code: grpc.StatusCode) -> None:
+    stream = env.admission().Watch(apb.WatchRequest(namespace="team-a"),
+                                   metadata=_metadata("Bearer alice-token"), timeout=WAIT)
+    try:
+        assert next(stream).type == apb.WatchEvent.ADDED
+        assert next(stream).type == apb.WatchEvent.SYNCED
+        if revoke == "rolebinding":
+            env.double.revoke("alice", "list", RAYCLUSTERS, "team-a")
+        elif revoke == "token":
+            del env.double.users["alice-token"]
+        # Within cache_seconds, nothing is asked again: the stream goes on.
+        env.clock.now += CACHE_SECONDS / 2
+        _changed_rc_a(env)
+        assert next(stream).type == apb.WatchEvent.MODIFIED
+        assert env.reviews() == (1, 1)
+        # Then the answers expire, and the next check asks the API server again.
+        env.clock.now += CACHE_SECONDS / 2 + 0.1
+        env.server.cache.publish(snapshot_of(*OBJECTS))
+        if code == OK:
+            assert next(stream).type == apb.WatchEvent.MODIFIED
+            assert env.reviews() == (2, 2)
+        else:
+            with pytest.raises(grpc.RpcError) as failed:
+                next(stream)
+            assert failed.value.code() == code
+            assert "alice-token" not in (failed.value.details() or "")
+    finally:
+        stream.cancel()
+
+
+# --- token audiences --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AudienceCase:
+    id: str
+    audiences: tuple[str, ...]
+    """raygate's ``audiences``."""
+    token: str
+    status: int
+    aware: bool = True
+    """False: the authenticator ignores spec.audiences (no status.audiences)."""
+
+
+AUDIENCE_CASES = [
+    AudienceCase("none-api-server-token", (), "alice-token", 200),
+    # Without audiences raygate asks for the API server's own: a raygate-only token fails.
+    AudienceCase("none-raygate-token", (), "alice-raygate-token", 401),
+    AudienceCase("raygate-token", (RAYGATE_AUDIENCE,), "alice-raygate-token", 200),
+    # A full API-server token is not one raygate accepts once it names its audience.
+    AudienceCase("api-server-token-refused", (RAYGATE_AUDIENCE,), "alice-token", 401),
+    AudienceCase("one-of-several", ("other", RAYGATE_AUDIENCE), "alice-raygate-token", 200),
+    # An authenticator that ignored the audiences vouches only for the API server's.
+    AudienceCase("unaware-authenticator", (RAYGATE_AUDIENCE,), "alice-raygate-token", 401,
+                 aware=False),
+    AudienceCase("unaware-authenticator-api-token", (RAYGATE_AUDIENCE,), "alice-token", 401,
+                 aware=False),
+]
+
+
+@pytest.mark.parametrize("case", AUDIENCE_CASES, ids=[c.id for c in AUDIENCE_CASES])
+def test_token_audiences(tmp_path: Path, case: AudienceCase) -> None:
+    for env in make_env(tmp_path, audiences=case.audiences):
+        env.double.audience_aware = case.aware
+        reply = env.get(A_STATUS, f"Bearer {case.token}")
+        assert reply.status_code == case.status, reply.text
+        (_, review), = [r for r in env.double.reviews if r[0] == TOKEN_REVIEWS]
+        spec: dict[str, Any] = {"token": case.token}
+        if case.audiences:
+            spec["audiences"] = list(case.audiences)
+        assert review["spec"] == spec
+
+
+def test_the_double_answers_audiences_as_kube_apiserver() -> None:
+    """status.audiences: those asked for (the API server's own when none) that the token
+    is valid for; none in common is unauthenticated, with the reason in status.error."""
+    double = ApiServerDouble().start()
+    try:
+        populate(double)
+        answers = []
+        for token, audiences in (("alice-token", []), ("alice-raygate-token",
+                                                       ["x", RAYGATE_AUDIENCE]),
+                                 ("alice-raygate-token", [])):
+            spec: dict[str, Any] = {"token": token}
+            if audiences:
+                spec["audiences"] = audiences
+            reply = httpx.post(f"{double.url}{TOKEN_REVIEWS}", json={
+                "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": spec}, headers={"Authorization": f"Bearer {double.token}"})
+            answers.append(reply.json()["status"])
+        assert answers[0]["authenticated"] and answers[0]["audiences"] == list(API_AUDIENCES)
+        assert answers[1]["authenticated"] and answers[1]["audiences"] == [RAYGATE_AUDIENCE]
+        assert "authenticated" not in answers[2] and "audiences" not in answers[2]
+        assert "invalid for the target audiences" in answers[2]["error"]
+    finally:
+        double.stop()
 
 
 # --- pieces -----------------------------------------------------------------------------
@@ -523,12 +800,19 @@ def test_bearer_token(header: bytes | str | None, token: str | None) -> None:
     assert bearer_token(header) == token
 
 
-@pytest.mark.parametrize(("namespace", "access", "words"), [
-    ("team-a", Access("get", "team-a"), 'get rayclusters.ray.io in namespace "team-a"'),
-    ("", Access("list", ""), "list rayclusters.ray.io cluster-wide"),
-])
-def test_access(namespace: str, access: Access, words: str) -> None:
-    assert Access.to(namespace) == access
+@pytest.mark.parametrize(("made", "access", "words"), [
+    (Access.one("team-a", "rc-a"), Access("get", "team-a", "rc-a"),
+     'get rayclusters.ray.io "rc-a" in namespace "team-a"'),
+    # No namespace: no single cluster to name.
+    (Access.one("", "rc-a"), Access("list", ""), "list rayclusters.ray.io cluster-wide"),
+    (Access.listing("team-a"), Access("list", "team-a"),
+     'list rayclusters.ray.io in namespace "team-a"'),
+    (Access.listing(""), Access("list", ""), "list rayclusters.ray.io cluster-wide"),
+    (Access.to("team-a"), Access("get", "team-a"), 'get rayclusters.ray.io in namespace "team-a"'),
+    (Access.to(""), Access("list", ""), "list rayclusters.ray.io cluster-wide"),
+], ids=["one", "one-without-namespace", "listing", "listing-all", "to", "to-all"])
+def test_access(made: Access, access: Access, words: str) -> None:
+    assert made == access
     assert access.describe() == words
 
 

@@ -22,7 +22,16 @@ from extender.cache import (
 from extender.kube.source import CacheWriter
 from plugin.admission import admission_statuses
 from plugin.config import PolicyConfig
-from plugin.model import GroupKey, NodeView, OwnerRef, PodGroupView, PodView, WorkloadView
+from plugin.model import (
+    GroupKey,
+    NodeView,
+    OwnerRef,
+    PodGroupView,
+    PodView,
+    RayClusterView,
+    WorkerGroupSpec,
+    WorkloadView,
+)
 from tests.builders import T0_EPOCH
 from tests.test_cache_edit import CONFIG, kind_of, node, operations, ray_labels
 
@@ -164,3 +173,34 @@ def test_set_policy_goes_through_the_writer_in_order_with_events() -> None:
     assert cache.snapshot.config is RELABELLED
     assert cache.snapshot.gpu_node_names == {"labelled", "other"}
     assert cache.snapshot.version_of(NODE, "labelled") == ("1", GPU_LABELLED)
+
+
+def test_with_nobody_waiting_statuses_are_built_when_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Under a stream of events, the loop derives no status nobody asked for: a change is
+    logged (and derived) when the next reader comes, not at the publish."""
+    import asyncio
+    import logging
+    from dataclasses import replace
+
+    cluster = RayClusterView("ray", "c0", "rc-c0",
+                             worker_groups=(WorkerGroupSpec("g0", replicas=1),))
+
+    async def scenario() -> None:
+        cache = ClusterCache(CONFIG, "test")
+        cache.publish(edited(BASE, cluster))
+        service = AdmissionService(cache, lambda: T0_EPOCH + 1000.0)
+        service.attach(asyncio.get_running_loop())
+        caplog.clear()
+        pending = replace(ray_pod("a", "c0", node_name=""), phase="Pending")
+        cache.publish(edited(cache.snapshot, pending))
+        for _ in range(20):
+            await asyncio.sleep(0)  # a background rebuild, if any, would run now
+        assert "RayCluster ray/c0" not in caplog.text
+        assert service.get("ray", "c0").status.pods[0].name == "a"
+        assert "RayCluster ray/c0: pod a" in caplog.text
+        service.close()
+
+    with caplog.at_level(logging.INFO, logger="raygate.admission"):
+        asyncio.run(scenario())

@@ -70,6 +70,8 @@ PRECEDENCE: list[tuple[str, str, str, str, tuple[Any, Any, Any]]] = [
     ("authz", "off", "auto", "authz: {mode: 'on'}", ("off", "auto", "on")),
     ("authz", "on", "off", "authz: {mode: off}", ("on", "off", "off")),  # YAML 1.1: false
     ("webhook_addr", "", ":9443", "webhook: {addr: ''}", ("", ":9443", "")),
+    ("authz_audiences", "raygate, other", "raygate", "authz: {audiences: [a, b]}",
+     (("raygate", "other"), ("raygate",), ("a", "b"))),
 ]
 LAYERS = ["flag", "env", "file", "default"]
 
@@ -146,6 +148,8 @@ BAD: list[tuple[str, Flags, Env, str | None, list[str]]] = [
      ['RAYGATE_MAX_BODY_BYTES: expected a positive integer, got "0"']),
     ("number as a flag", {"max_body_bytes": "-5"}, {}, None,
      ['--max-body-bytes: expected a positive integer, got "-5"']),
+    ("audiences are names", {}, {}, "server: {authz: {audiences: [1]}}",
+     ["server.authz.audiences: expected a list of audience names"]),
     ("a quoted number in YAML is a string", {}, {}, "server: {limits: {maxBodyBytes: '5'}}",
      ['server.limits.maxBodyBytes: expected a positive integer, got "5"']),
     ("a boolean is no number", {}, {}, "server: {limits: {predicateConcurrency: true}}",

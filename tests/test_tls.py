@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import ssl
@@ -21,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from extender.cache import ClusterCache
 from extender.server import RaygateServer, bind_socket
 from extender.settings import ServeSettings
+from extender.tls import CertReloader, TlsFiles
 from plugin.config import ConfigError, PolicyConfig
 from tests.conftest import FakeClock, ServerThread
 
@@ -282,10 +284,12 @@ def test_a_replaced_client_ca_is_the_only_one_trusted(
 # --- refusing to start -------------------------------------------------------------------
 
 START_ERRORS = [
-    ("cert without key", {"tls_key": ""}, "tls_key: TLS needs both"),
-    ("client CA without TLS", {"tls_cert": "", "tls_key": ""}, "client_ca: client certif"),
+    ("cert without key", {"tls_key": ""}, "TLS (and client_ca) needs both"),
+    ("client CA without TLS", {"tls_cert": "", "tls_key": ""},
+     "TLS (and client_ca) needs both"),
     ("missing file", {"tls_cert": "/nonexistent/tls.crt"}, "No such file"),
     ("key for another cert", {"tls_key": "other"}, "KEY_VALUES_MISMATCH"),
+    ("client CA not PEM", {"client_ca": "garbage"}, "cannot load"),
 ]
 
 
@@ -300,8 +304,146 @@ def test_bad_tls_settings_refuse_to_start(
         other = tmp_path / "other.key"
         pki.issue().private_key_pem.write_to_path(str(other))
         fields["tls_key"] = str(other)
+    if fields["client_ca"] == "garbage":
+        garbage = tmp_path / "garbage.crt"
+        garbage.write_bytes("kein Zertifikat, nur Text: äöü\n".encode())
+        fields["client_ca"] = str(garbage)
     with bind_socket(HOST, 0) as sock, pytest.raises(ConfigError) as refused:
         RaygateServer(ClusterCache(PolicyConfig(), "test"), sock, f"{HOST}:0",
                       settings=ServeSettings(tls_cert=fields["tls_cert"], tls_key=fields["tls_key"],
                                              client_ca=fields["client_ca"]))
     assert message in str(refused.value), (name, str(refused.value))
+
+
+# --- review findings (issue #8 follow-up) ------------------------------------------------
+
+
+def with_comment(ca: trustme.CA, comment: bytes) -> bytes:
+    """A CA bundle as people write them: a comment line above the PEM block."""
+    return b"# " + comment + b"\n" + ca.cert_pem.bytes()
+
+
+COMMENTS = [
+    ("utf-8", "Zertifizierungsstelle für Ärzte".encode()),
+    ("latin-1", "Autorité de certification".encode("latin-1")),
+]
+
+
+@pytest.mark.parametrize(("name", "comment"), COMMENTS, ids=[c[0] for c in COMMENTS])
+def test_a_client_ca_bundle_with_non_ascii_comments_loads_at_start_and_on_reload(
+    pki: Pki, name: str, comment: bytes,
+) -> None:
+    pki.ca_file.write_bytes(with_comment(pki.client_ca, comment))
+    server = start(pki, mtls=True)
+    try:
+        old_client = pki.client_ca.issue_cert("old-client")
+        assert https_ok(server, pki.client_context(cert=old_client))
+        new_ca = trustme.CA()
+        new_client = new_ca.issue_cert("new-client")
+        Pki._replace(pki.ca_file, with_comment(new_ca, comment))
+        wait_until(lambda: https_ok(server, pki.client_context(cert=new_client)),
+                   f"the new client CA with a {name} comment")
+        assert not https_ok(server, pki.client_context(cert=old_client))
+        assert grpc_health(server, pki.grpc_credentials(cert=new_client)) >= 0
+        assert reloads(server, "loaded", pki.client_context(cert=new_client)) == 1
+    finally:
+        server.stop()
+
+
+def test_certificate_polling_outlives_an_unexpected_error(
+    pki: Pki, tls_server: ServerThread, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reloader = tls_server.server.tls
+    assert reloader is not None
+    load = reloader._load
+    failed = threading.Event()
+
+    def fails_once(seen: tuple[tuple[int, int, int, int], ...], generation: int) -> object:
+        # Whatever goes wrong that nobody foresaw (the CA bundle's TypeError once was).
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("unforeseen")
+        return load(seen, generation)
+
+    monkeypatch.setattr(reloader, "_load", fails_once)
+    trust = pki.client_context()
+    rotated = pki.issue()
+    with caplog.at_level(logging.ERROR, logger="raygate.server"):
+        pki.write(rotated)
+        wait_until(failed.is_set, "the failing check")
+        # The next check tries the same files again and loads them.
+        wait_until(lambda: served_cert(tls_server, trust) == der(rotated),
+                   "the rotated cert after the failed check")
+    logged = [r for r in caplog.records if r.name == "raygate.server"]
+    assert len(logged) == 1
+    assert logged[0].exc_info is not None
+    assert "unforeseen" in str(logged[0].exc_info[1])
+
+
+def test_a_missing_file_is_a_warning_once_per_disappearance(
+    pki: Pki, caplog: pytest.LogCaptureFixture,
+) -> None:
+    reloader = CertReloader(TlsFiles(str(pki.cert_file), str(pki.key_file)), "TLS")
+
+    def warnings() -> int:
+        return sum(1 for r in caplog.records
+                   if r.levelno == logging.WARNING and "cannot stat" in r.getMessage())
+
+    with caplog.at_level(logging.WARNING, logger="raygate.tls"):
+        for round_ in (1, 2):
+            pki.key_file.unlink()
+            for _ in range(3):
+                assert not reloader.check()
+            assert warnings() == round_
+            back = pki.issue()
+            pki.write(back)
+            assert reloader.check()  # back, and new: loaded
+    assert str(pki.key_file) in caplog.records[0].getMessage()
+
+
+def resumed_health(port: int, context: ssl.SSLContext,
+                   session: ssl.SSLSession | None) -> tuple[bool, ssl.SSLSession | None, bool]:
+    """GET /healthz over a new TLS connection offering ``session``: (answered 200, the
+    session to offer next time, whether the server resumed the one offered)."""
+    try:
+        with socket.create_connection((HOST, port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname=HOST, session=session) as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: raygate\r\n"
+                        b"Connection: close\r\n\r\n")
+            reply = b""
+            while chunk := tls.recv(4096):  # the whole reply: TLS 1.3 tickets come with it
+                reply += chunk
+            return reply.startswith(b"HTTP/1.1 200"), tls.session, bool(tls.session_reused)
+    except (ssl.SSLError, ConnectionError):
+        return False, None, False
+
+
+def test_mtls_over_https_is_tls_1_3_only(pki: Pki, mtls_server: ServerThread) -> None:
+    # TLS 1.2 resumes sessions from the listener's session-ID cache, which Python cannot
+    # turn off: under mTLS it is refused rather than let skip the client check.
+    client = pki.client_ca.issue_cert("raygate-client")
+    tls12 = pki.client_context(cert=client)
+    tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+    assert resumed_health(mtls_server.server.http_port, tls12, None)[0] is False
+    assert https_ok(mtls_server, pki.client_context(cert=client))
+
+
+def test_a_resumed_session_does_not_outlive_its_client_ca(
+    pki: Pki, mtls_server: ServerThread,
+) -> None:
+    port = mtls_server.server.http_port
+    old = pki.client_context(cert=pki.client_ca.issue_cert("old-client"))
+    served, session, _ = resumed_health(port, old, None)
+    assert served
+    assert session is not None
+    # No tickets under mTLS: nothing to resume, so every handshake checks the client.
+    served, _, resumed = resumed_health(port, old, session)
+    assert served
+    assert not resumed
+    new_ca = trustme.CA()
+    new = pki.client_context(cert=new_ca.issue_cert("new-client"))
+    new_ca.cert_pem.write_to_path(str(pki.ca_file))
+    wait_until(lambda: https_ok(mtls_server, new), "the new client CA")
+    # The old CA's client, offering the session it had: refused.
+    assert resumed_health(port, old, session)[0] is False
