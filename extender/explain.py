@@ -19,7 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from extender import convert
 from extender.cache import ClusterCache, Snapshot
 from extender.errors import BadRequest, MissingField, NotFound, RaygateError, grpc_status_for
-from extender.http import AsyncRoute, Request, Response, Route
+from extender.http import API_MAX_BODY, AsyncRoute, Request, Response, Route
 from extender.proto.raygate.v1 import explain_pb2 as pb
 from extender.proto.raygate.v1 import explain_pb2_grpc
 from extender.wire import DECODE_ERRORS
@@ -238,7 +238,7 @@ class ExplainService:
 def explain_routes(service: ExplainService) -> dict[str, Route | AsyncRoute]:
     return {
         "/v1/namespaces/{namespace}/pods/{name}/explain": AsyncRoute(b"GET", service.http_get),
-        "/v1/explain": Route(b"POST", service.http_post),
+        "/v1/explain": Route(b"POST", service.http_post, max_body=API_MAX_BODY),
     }
 
 

@@ -41,6 +41,7 @@ from extender.volcano_api import VolcanoExtender
 from extender.webhook import mutate_ray_pods
 
 __all__ = [
+    "API_MAX_BODY",
     "DEFAULT_MAX_BODY",
     "AsyncRoute",
     "Gate",
@@ -64,6 +65,10 @@ Send = Callable[[Message], Awaitable[None]]
 
 # A 5,000-node NodeList (nodeCacheCapable: false) is about 36 MB; leave room above it.
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
+API_MAX_BODY = 1024 * 1024
+"""raygate's own API (admission status, explain) takes at most one Pod: its routes read
+no more than this, whatever the server's limit, so no caller — authorized or not yet —
+makes raygate hold a scheduler-sized body."""
 
 
 @dataclass(slots=True)
@@ -96,6 +101,8 @@ class Route:
     send the whole cluster; raygate answers them without looking)."""
     gate: Gate | None = None
     """Bounds the requests in flight on this route (Volcano's predicate storm)."""
+    max_body: int | None = None
+    """A lower body limit than the server's for this route (``API_MAX_BODY``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +275,8 @@ def create_app(
             if matched is not None:
                 async_route, params, registered = matched
                 await _serve_async(async_route, params, scope, receive, send,
-                                   max_body=max_body, timer=timers.get(registered))
+                                   max_body=min(max_body, API_MAX_BODY),
+                                   timer=timers.get(registered))
                 return
         timer = timers.get(scope["path"], other)
         status, body, content_type = 500, b"", JSON
@@ -278,8 +286,8 @@ def create_app(
             _check_method(scope, route.method)
             gate = route.gate
             if gate is None:
-                request = await _read_body(
-                    scope, receive, None if route.discard_body else max_body)
+                limit = max_body if route.max_body is None else min(route.max_body, max_body)
+                request = await _read_body(scope, receive, None if route.discard_body else limit)
             elif gate.busy >= gate.limit:
                 await _shed(gate, scope, send, timer, started)
                 return

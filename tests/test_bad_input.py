@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.cache import ClusterCache
+from extender.http import API_MAX_BODY
 from extender.settings import ServeSettings
 from plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster
@@ -121,6 +122,23 @@ def test_body_over_the_limit_is_refused_and_the_server_keeps_serving(
         reply = client.post("/scheduler/preempt", content=chunks())
         assert reply.status_code == 413
         assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/explain"),
+    ("GET", "/v1/namespaces/ray/rayclusters/demo/admission"),
+    ("GET", "/v1/admission"),
+])
+def test_raygate_api_routes_take_one_pod_at_most(
+    client: httpx.Client, method: str, path: str,
+) -> None:
+    """The scheduler's routes take bodies up to the server's limit (a NodeList); raygate's
+    own API takes no more than a Pod needs, whoever calls."""
+    reply = client.request(method, path, content=b" " * (API_MAX_BODY + 1))
+    assert reply.status_code == 413
+    assert reply.json()["error"]["reason"] == "PayloadTooLarge"
+    scheduler = client.post("/scheduler/prioritize", content=b" " * (API_MAX_BODY + 1))
+    assert scheduler.status_code == 400  # read whole: not JSON, but not too large
 
 
 def test_readyz_is_503_until_the_cache_is_loaded(small_server: ServerThread) -> None:
