@@ -14,10 +14,10 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from extender.authz import GROUP, RESOURCE, Access
 from extender.cache import ClusterCache
 from extender.cli import _parser
 from extender.http import health_routes, scheduler_routes, volcano_routes, webhook_routes
+from extender.kube.reviews import GROUP, RESOURCE, Access
 from extender.scheduler_api import SchedulerExtender
 from extender.settings import load_config_file, parse_addr
 from extender.snapshot_files import load_files
