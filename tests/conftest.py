@@ -7,7 +7,8 @@ import asyncio
 import json
 import ssl
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -109,14 +110,29 @@ def post_json(client: httpx.Client, path: str, body: Any) -> httpx.Response:
                        headers={"Content-Type": "application/json"})
 
 
-@pytest.fixture(scope="module")
-def demo_server() -> Iterator[ServerThread]:
-    """The demo cluster, at 04:40 on its day: its preemption at 04:05 is past the 300 s
-    thrash guard."""
+def start_demo_server() -> ServerThread:
+    """A started server of the demo cluster, at 04:40 on its day: its preemption at 04:05
+    is past the 300 s thrash guard."""
     config = PolicyConfig()
     cache = ClusterCache(config, "demo")
     cache.publish(Snapshot(load_text(demo_text(), "demo"), config))
     thread = ServerThread(cache, FakeClock(T0_EPOCH + 40 * 60))
     thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def demo_server() -> Iterator[ServerThread]:
+    thread = start_demo_server()
     yield thread
     thread.stop()
+
+
+def wait_until(condition: Callable[[], bool], what: str = "the condition",
+               timeout: float = 15.0) -> None:
+    """Poll ``condition``; the bound is for a broken server, not for a slow machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.002)

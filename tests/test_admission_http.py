@@ -8,9 +8,8 @@ import asyncio
 import json
 import logging
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from plugin.admission import PodState
 from plugin.config import PolicyConfig
 from tests import admission_scenarios as sc
 from tests.builders import T0_EPOCH, make_pod, make_raycluster
-from tests.conftest import FakeClock, ServerThread
+from tests.conftest import FakeClock, ServerThread, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENAPI = json.loads((ROOT / "extender" / "openapi.json").read_text())
@@ -178,13 +177,6 @@ def test_etag_and_if_none_match(server: ServerThread, client: httpx.Client) -> N
 def pool() -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(4) as executor:
         yield executor
-
-
-def wait_until(predicate: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        threading.Event().wait(0.002)
 
 
 def test_long_poll_returns_at_once_when_the_version_differs(

@@ -41,7 +41,7 @@ from extender.snapshot_files import demo_text, load_text
 from extender.webhook import MARKER
 from plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, make_pod
-from tests.conftest import FakeClock, ServerThread
+from tests.conftest import FakeClock, ServerThread, start_demo_server
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SCHEDULER = FIXTURES / "scheduler"
@@ -666,11 +666,7 @@ DECODING_ROUTES = sorted(p for p in ROUTES if "Session" not in p)  # sessions sk
 def deep_server() -> Iterator[ServerThread]:
     """A server of its own: a regression would leave internal errors in the metrics that
     the other tests of this module check are zero."""
-    config = PolicyConfig()
-    cache = ClusterCache(config, "demo")
-    cache.publish(Snapshot(load_text(demo_text(), "demo"), config))
-    thread = ServerThread(cache, FakeClock(T0_EPOCH + 40 * 60))
-    thread.start()
+    thread = start_demo_server()
     yield thread
     thread.stop()
 

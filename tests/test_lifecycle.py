@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from extender.cache import ClusterCache
 from extender.settings import ServeSettings
 from plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster
-from tests.conftest import FakeClock, ServerThread, snapshot_of
+from tests.conftest import FakeClock, ServerThread, snapshot_of, wait_until
 from tests.volcano_objects import node_info, task_info
 
 HOST = "127.0.0.1"
@@ -40,15 +40,6 @@ CLUSTER = make_raycluster("rc").autoscaling().group("base", replicas=1, min=1, m
 FLOOR_POD = make_pod("b1").ray("rc", "base").requests(cpu="1").obj()
 FILTER = json.dumps({"Pod": FLOOR_POD, "Nodes": None, "NodeNames": ["cpu-1", "gpu-1"]}).encode()
 PREDICATE = json.dumps({"task": task_info(FLOOR_POD), "node": node_info(GPU)}).encode()
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Poll ``condition``; the bound is for a broken server, not for a slow machine."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.02)
 
 
 class Upload:

@@ -8,7 +8,6 @@ import os
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,19 +23,10 @@ from extender.server import RaygateServer, bind_socket
 from extender.settings import ServeSettings
 from extender.tls import CertReloader, TlsFiles
 from plugin.config import ConfigError, PolicyConfig
-from tests.conftest import FakeClock, ServerThread
+from tests.conftest import FakeClock, ServerThread, wait_until
 
 HOST = "127.0.0.1"
 POLL = 0.05  # the server's certificate poll in these tests
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Poll ``condition``; the bound is for a broken server, not for a slow machine."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.02)
 
 
 def der(cert: trustme.LeafCert) -> bytes:

@@ -16,9 +16,9 @@ ResourceList = dict[str, Quantity]
 
 
 class _Base(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
-    # gc=False: decoded objects never form reference cycles; untracked, 150,000 listed
-    # pods do not make every garbage collection walk them (msgspec's perf tips).
-    pass
+    """camelCase keys as Kubernetes writes them. ``gc=False``: decoded objects never form
+    reference cycles; untracked, 150,000 listed pods do not make every garbage collection
+    walk them (msgspec's performance tips)."""
 
 
 class OwnerReference(_Base):
