@@ -12,7 +12,7 @@ __all__ = ["RayClusterManifest"]
 
 
 class _Base(msgspec.Struct, rename="camel", omit_defaults=True):
-    pass
+    """camelCase keys, as in a RayCluster manifest."""
 
 
 class Toleration(_Base):
