@@ -30,7 +30,7 @@ UNSET: Any = msgspec.UNSET
 
 
 class _Envelope(msgspec.Struct, rename="pascal"):
-    pass
+    """Go field names as keys: the extender types carry no JSON tags."""
 
 
 class NodeListRaw(msgspec.Struct):
