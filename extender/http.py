@@ -45,9 +45,11 @@ __all__ = [
     "DEFAULT_MAX_BODY",
     "AsyncRoute",
     "Gate",
+    "HttpApp",
     "Request",
     "Response",
     "Route",
+    "SyncRoutes",
     "create_app",
     "health_routes",
     "metrics_routes",
@@ -242,83 +244,125 @@ def metrics_routes(metrics: Metrics) -> dict[str, Route]:
     return {"/metrics": Route(b"GET", metrics.exposition, content_type=METRICS_CONTENT_TYPE)}
 
 
-def create_app(
-    routes: Mapping[str, Route | AsyncRoute],
-    max_body: int = DEFAULT_MAX_BODY,
-    metrics: Metrics | None = None,
-) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI application serving ``routes`` (exact paths; ``AsyncRoute`` paths may have
-    parameters), counting and timing every request in ``metrics`` when given."""
-    async_routes = _AsyncRoutes.of(
-        {p: r for p, r in routes.items() if isinstance(r, AsyncRoute)})
-    plain = {p: r for p, r in routes.items() if isinstance(r, Route)}
-    # Label children bound once per route here, not per request.
-    timers: dict[str, RouteMetrics] = {}
-    other: RouteMetrics | None = None
-    if metrics is not None:
-        timers = {path: metrics.route(path) for path in routes}
-        other = metrics.route(OTHER_ROUTE)
-        for path, route in plain.items():
-            if route.gate is not None:
-                metrics.watch_gate(path, route.gate)
+class SyncRoutes:
+    """The exact-path ``Route``s, their metrics and the one place their handlers run:
+    shared by the ASGI app and the protocol's fast path (``extender.fast_path``)."""
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, routes: Mapping[str, Route], max_body: int,
+                 metrics: Metrics | None) -> None:
+        self.routes = dict(routes)
+        self.by_raw_path = {path.encode(): route for path, route in routes.items()}
+        """The same routes under the request target's raw bytes, for the fast path."""
+        self.max_body = max_body
+        # Label children bound once per route here, not per request.
+        self.timers: dict[str, RouteMetrics] = {}
+        self.other: RouteMetrics | None = None
+        if metrics is not None:
+            self.timers = {path: metrics.route(path) for path in routes}
+            self.other = metrics.route(OTHER_ROUTE)
+            for path, route in routes.items():
+                if route.gate is not None:
+                    metrics.watch_gate(path, route.gate)
+
+    def limit(self, route: Route) -> int:
+        """The most body ``route`` reads."""
+        return self.max_body if route.max_body is None else min(route.max_body, self.max_body)
+
+    def answer(self, route: Route, method: str, path: str, body: bytes,
+               timer: RouteMetrics | None) -> Reply:
+        """``route``'s handler on ``body``, errors mapped to replies."""
+        try:
+            result = route.handler(body)
+        except Exception as exc:  # every failure becomes a reply
+            return self.failed(exc, route, method, path, timer)
+        if isinstance(result, bytes):
+            return 200, result, route.content_type
+        return result
+
+    @staticmethod
+    def failed(exc: Exception, route: Route | None, method: str, path: str,
+               timer: RouteMetrics | None) -> Reply:
+        """The reply to ``exc``: a ``RaygateError`` in the route's protocol, anything else
+        a bug — logged with its traceback, and the peer still gets an answer."""
+        if isinstance(exc, RaygateError):
+            reply = reply_for(exc, route.protocol if route else Protocol.RAYGATE)
+            log.warning("%s %s: %s %s", method, path, reply[0], exc)
+            if timer is not None:
+                timer.error(exc.reason)
+            return reply
+        log.error("%s %s failed", method, path, exc_info=exc)
+        if timer is not None:
+            timer.error(RaygateError.reason)
+        return _internal(route)
+
+
+class HttpApp:
+    """The ASGI application serving raygate's routes (exact paths; ``AsyncRoute`` paths
+    may have parameters), counting and timing every request in the metrics when given.
+    ``sync`` is also read by the protocol's fast path."""
+
+    def __init__(self, routes: Mapping[str, Route | AsyncRoute],
+                 max_body: int = DEFAULT_MAX_BODY, metrics: Metrics | None = None) -> None:
+        self.sync = SyncRoutes({p: r for p, r in routes.items() if isinstance(r, Route)},
+                               max_body, metrics)
+        self.async_routes = _AsyncRoutes.of(
+            {p: r for p, r in routes.items() if isinstance(r, AsyncRoute)})
+        self.async_timers = {} if metrics is None else {
+            path: metrics.route(path) for path, r in routes.items() if isinstance(r, AsyncRoute)}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
         if scope["type"] != "http":  # websockets are not served
             return
         started = perf_counter()
-        route = plain.get(scope["path"])
+        sync = self.sync
+        path = scope["path"]
+        route = sync.routes.get(path)
         if route is None:
-            matched = async_routes.match(scope["path"])
+            matched = self.async_routes.match(path)
             if matched is not None:
                 async_route, params, registered = matched
                 await _serve_async(async_route, params, scope, receive, send,
-                                   max_body=min(max_body, API_MAX_BODY),
-                                   timer=timers.get(registered))
+                                   max_body=min(sync.max_body, API_MAX_BODY),
+                                   timer=self.async_timers.get(registered))
                 return
-        timer = timers.get(scope["path"], other)
-        status, body, content_type = 500, b"", JSON
+        timer = sync.timers.get(path, sync.other)
         try:
             if route is None:
-                raise NotFound(f"no route {scope['path']}")
+                raise NotFound(f"no route {path}")
             _check_method(scope, route.method)
             gate = route.gate
             if gate is None:
-                limit = max_body if route.max_body is None else min(route.max_body, max_body)
-                request = await _read_body(scope, receive, None if route.discard_body else limit)
+                body = await _read_body(scope, receive,
+                                        None if route.discard_body else sync.limit(route))
             elif gate.busy >= gate.limit:
                 await _shed(gate, scope, send, timer, started)
                 return
             else:
                 gate.busy += 1
                 try:
-                    request = await _read_body(scope, receive, max_body)
+                    body = await _read_body(scope, receive, sync.max_body)
                 finally:
                     gate.busy -= 1
-            result = route.handler(request)
-            if isinstance(result, bytes):
-                status, body, content_type = 200, result, route.content_type
-            else:
-                status, body, content_type = result
         except ClientGone:
             return
-        except RaygateError as exc:
-            status, body, content_type = reply_for(
-                exc, route.protocol if route else Protocol.RAYGATE)
-            log.warning("%s %s: %s %s", scope["method"], scope["path"], status, exc)
-            if timer is not None:
-                timer.error(exc.reason)
-        except Exception:
-            # A bug, not bad input: log it with its traceback and still answer the peer.
-            log.exception("%s %s failed", scope["method"], scope["path"])
-            status, body, content_type = _internal(route)
-            if timer is not None:
-                timer.error(RaygateError.reason)
-        await _send(send, status, _head(content_type, body), body, timer=timer, started=started)
+        except Exception as exc:  # a RaygateError, or a bug: either way the peer gets a reply
+            status, reply, content_type = sync.failed(exc, route, scope["method"], path, timer)
+        else:
+            status, reply, content_type = sync.answer(route, scope["method"], path, body, timer)
+        await _send(send, status, _head(content_type, reply), reply, timer=timer,
+                    started=started)
 
-    return app
+
+def create_app(
+    routes: Mapping[str, Route | AsyncRoute],
+    max_body: int = DEFAULT_MAX_BODY,
+    metrics: Metrics | None = None,
+) -> HttpApp:
+    """The ASGI application serving ``routes``; see ``HttpApp``."""
+    return HttpApp(routes, max_body, metrics)
 
 
 def _check_method(scope: Scope, method: bytes) -> None:

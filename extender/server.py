@@ -17,9 +17,9 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import grpc
 import uvicorn
@@ -28,14 +28,16 @@ from grpc_reflection.v1alpha import reflection
 
 from extender.admission_api import AdmissionService, admission_routes
 from extender.cache import ClusterCache
-from extender.deadlines import DeadlineProtocol, sweep
+from extender.deadlines import sweep
 from extender.explain import SERVICE_NAME as EXPLAIN_SERVICE
 from extender.explain import ExplainService, add_explain_service, explain_routes
+from extender.fast_path import fast_path_protocol
 from extender.grpc_api import SERVICE_NAME as ADMISSION_SERVICE
 from extender.grpc_api import add_admission_service
 from extender.http import (
     AsyncRoute,
     Gate,
+    HttpApp,
     Route,
     create_app,
     health_routes,
@@ -121,11 +123,14 @@ class _HttpServer(uvicorn.Server):
             connection.transport.close()
 
 
-def _http_config(app: Callable[..., Any], settings: ServeSettings,
+def _http_config(app: HttpApp, settings: ServeSettings,
                  context: ssl.SSLContext | None) -> uvicorn.Config:
     config = uvicorn.Config(
         app,
-        http=DeadlineProtocol,
+        # The scheduler's verbs are answered inside the protocol; the rest through ASGI.
+        http=fast_path_protocol(app.sync),
+        # raygate reads neither the client address nor the scheme of a request.
+        proxy_headers=False,
         lifespan="off",
         access_log=False,
         log_config=None,
