@@ -41,6 +41,44 @@ def _request_pod(pod: kube.Pod | msgspec.UnsetType | None) -> PodView:
         raise BadRequest(str(exc)) from None
 
 
+class RequestPods:
+    """The views of the Pods in filter and prioritize requests, by their exact JSON text.
+
+    kube-scheduler sends one pod to filter, then to prioritize, then again on every retry
+    of its cycle: the text is decoded and converted once (about 25 µs of a 500-node
+    request) and then found by its bytes. Equal text, equal view: nothing else is
+    assumed. The oldest of ``limit`` entries goes first (a pod's calls come together).
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self.limit = limit
+        self._views: dict[bytes, PodView] = {}
+
+    def view(self, raw: msgspec.Raw | msgspec.UnsetType) -> PodView:
+        if raw is msgspec.UNSET:
+            raise MissingField("Pod")
+        text = bytes(raw)
+        view = self._views.get(text)
+        if view is not None:
+            return view
+        if text == b"null":
+            raise MissingField("Pod")
+        try:
+            view = convert.pod_view(wire.decode_pod(text), "$.Pod")
+        except DECODE_ERRORS as exc:
+            # The Pod was decoded on its own: put its place in the request back.
+            message = str(exc)
+            message = (message.replace("`$", "`$.Pod") if " - at `$" in message
+                       else f"{message} - at `$.Pod`")
+            raise BadRequest(f"cannot decode request: {message}") from None
+        except convert.ConversionError as exc:
+            raise BadRequest(str(exc)) from None
+        if len(self._views) >= self.limit:
+            del self._views[next(iter(self._views))]
+        self._views[text] = view
+        return view
+
+
 def _decode(decoder: Callable[[bytes], Any], body: bytes) -> Any:
     try:
         return decoder(body)
@@ -90,6 +128,7 @@ class SchedulerExtender:
                  metrics: Metrics | None = None) -> None:
         self.cache = cache
         self.clock = clock
+        self.request_pods = RequestPods()
         self.bind_metrics(metrics or Metrics())
 
     def bind_metrics(self, metrics: Metrics) -> None:
@@ -104,7 +143,7 @@ class SchedulerExtender:
 
     def filter(self, body: bytes) -> bytes:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
-        pod = _request_pod(args.pod)
+        pod = self.request_pods.view(args.pod)
         snap = self.cache.snapshot
         decision = self._decide(pod, snap, "filter", self._filter_metrics)
         names = args.node_names
@@ -134,7 +173,7 @@ class SchedulerExtender:
 
     def prioritize(self, body: bytes) -> bytes:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
-        pod = _request_pod(args.pod)
+        pod = self.request_pods.view(args.pod)
         snap = self.cache.snapshot
         decision = self._decide(pod, snap, "prioritize", self._prioritize_metrics)
         if decision.verdict is Verdict.UNMANAGED:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
+from extender.errors import BadRequest, MissingField
+from extender.scheduler_api import RequestPods
 from plugin.config import GpuNodesForSurplus, PolicyConfig
 from tests.builders import (
     T0,
@@ -209,3 +213,56 @@ def test_pod_unknown_to_the_cache_is_classified_from_the_request(
     fresh = base("brand-new").uid("00000000-0000-0000-0000-00000000f00d").obj()
     result = post_json(client, "/scheduler/filter", _filter_body(fresh, NAMES)).json()
     assert result["NodeNames"] == NAMES  # the floor is full: surplus, GPU nodes pass
+
+
+# --- the request's Pod: converted once per distinct text --------------------------------
+
+
+def pod_text(pod: Obj) -> msgspec.Raw:
+    return msgspec.Raw(json.dumps(pod, separators=(",", ":")).encode())
+
+
+def test_the_same_pod_text_is_converted_once() -> None:
+    pods = RequestPods()
+    first = pods.view(pod_text(base("w1").obj()))
+    assert pods.view(pod_text(base("w1").obj())) is first
+
+
+def test_a_changed_pod_is_converted_again_whatever_its_uid_and_version() -> None:
+    # Equal text, equal view: a pod relabelled under the same uid and resourceVersion (as
+    # a careless client might send) is not answered from the first one's view.
+    pods = RequestPods()
+    first = pods.view(pod_text(base("w1").obj()))
+    moved = base("w1").obj()
+    moved["metadata"]["labels"]["ray.io/group"] = "over"
+    second = pods.view(pod_text(moved))
+    assert first.group_key.group == "base"
+    assert second.group_key.group == "over"
+
+
+def test_the_oldest_pod_goes_first_when_full() -> None:
+    pods = RequestPods(limit=2)
+    a, b, c = (pod_text(base(name).obj()) for name in ("a", "b", "c"))
+    view_a = pods.view(a)
+    view_b = pods.view(b)
+    pods.view(c)
+    assert pods.view(b) is view_b
+    assert pods.view(a) is not view_a  # converted again: it had been dropped
+
+
+@pytest.mark.parametrize(("raw", "error", "says"), [
+    (msgspec.UNSET, MissingField, "Pod"),
+    (msgspec.Raw(b"null"), MissingField, "Pod"),
+    (msgspec.Raw(b'"a pod"'), BadRequest, "Expected `object`, got `str` - at `$.Pod`"),
+    (msgspec.Raw(b'{"metadata":{"name":7}}'), BadRequest, "at `$.Pod.metadata.name`"),
+    (msgspec.Raw(b'{"spec":{"containers":[{"resources":{"requests":{"cpu":"lots"}}}]}}'),
+     BadRequest, "$.Pod.spec.containers[0].resources.requests.cpu"),
+])
+def test_a_bad_pod_is_refused_with_its_place_in_the_request(
+    raw: msgspec.Raw | msgspec.UnsetType, error: type[Exception], says: str,
+) -> None:
+    pods = RequestPods()
+    with pytest.raises(error) as raised:
+        pods.view(raw)
+    assert says in str(raised.value)
+    assert not pods._views  # nothing kept from a refusal

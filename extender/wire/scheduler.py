@@ -23,6 +23,7 @@ __all__ = [
     "PreemptArgs",
     "PreemptResult",
     "decode_filter_args",
+    "decode_pod",
     "decode_preempt_args",
 ]
 
@@ -41,9 +42,11 @@ class NodeListRaw(msgspec.Struct):
 
 
 class FilterArgs(_Envelope):
-    """``ExtenderArgs``: the request of both filter and prioritize."""
+    """``ExtenderArgs``: the request of both filter and prioritize. The Pod is kept as its
+    JSON text (``decode_pod`` reads it): the scheduler sends the same pod to filter,
+    then prioritize, then on every retry, and the extender converts each text once."""
 
-    pod: Pod | msgspec.UnsetType | None = UNSET
+    pod: msgspec.Raw | msgspec.UnsetType = UNSET
     nodes: NodeListRaw | msgspec.UnsetType | None = UNSET
     node_names: list[str] | msgspec.UnsetType | None = UNSET
 
@@ -138,6 +141,11 @@ def decode_preempt_args(body: bytes) -> PreemptArgs:
 
 
 _NODE = msgspec.json.Decoder(Node)
+_POD = msgspec.json.Decoder(Pod)
+
+
+def decode_pod(raw: bytes) -> Pod:
+    return _POD.decode(raw)
 
 
 def decode_node(raw: msgspec.Raw) -> Node:
