@@ -10,9 +10,11 @@ handler runs in ``on_message_complete`` and the reply goes out in one write.
 
 Only the plain case takes this path: an exact ``Route`` path and method, a body within
 the route's limit and framed by Content-Length (or none), no ``Expect: 100-continue``,
-no gate, nothing queued behind an ASGI request on the connection. Everything else —
-unknown paths, other methods, HEAD, chunked or oversized bodies, the long-polls — goes
-to the ASGI app exactly as before, and it answers every error. Both paths share
+a free slot in the route's gate, nothing queued behind an ASGI request on the
+connection. Everything else — unknown paths, other methods, HEAD, chunked or oversized
+bodies, a full gate, the long-polls — goes to the ASGI app exactly as before, and it
+answers every error (a full gate: 503). A fast request holds its gate's slot from its
+head to its last byte, as the ASGI path does. Both paths share
 ``SyncRoutes``: the same handlers, error replies and metrics. Connection handling
 (keep-alive, its timeout, request deadlines, flow control, graceful shutdown) stays
 uvicorn's and ``DeadlineProtocol``'s.
@@ -48,6 +50,8 @@ class FastPathProtocol(DeadlineProtocol):
             super().on_headers_complete()
             return
         self._route = route
+        if route.gate is not None:
+            route.gate.busy += 1
         self._chunks: list[bytes] = []
         self._started = perf_counter()
         self._keep_alive = (self.parser.get_http_version() != "1.0"
@@ -55,12 +59,14 @@ class FastPathProtocol(DeadlineProtocol):
 
     def _fast_route(self) -> Route | None:
         route = self.sync.by_raw_path.get(self.url)
-        if (route is None or route.gate is not None or route.discard_body
+        if (route is None or route.discard_body
                 or self.expect_100_continue or self.parser.get_method() != route.method
                 or self.parser.should_upgrade()):
             return None
         if self.cycle is not None and not self.cycle.response_complete:
             return None  # pipelined behind a request the ASGI app is still answering
+        if route.gate is not None and route.gate.busy >= route.gate.limit:
+            return None
         length = b""
         for name, value in self.headers:
             if name == b"content-length":
@@ -84,7 +90,7 @@ class FastPathProtocol(DeadlineProtocol):
         if route is None:
             super().on_message_complete()
             return
-        self._route = None
+        self._release()
         self.arriving_since = None  # whole: the request deadline no longer applies
         chunks = self._chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -112,6 +118,17 @@ class FastPathProtocol(DeadlineProtocol):
         self._unset_keepalive_if_required()
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def _release(self) -> None:
+        """The request has arrived whole, or never will: off the fast path, out of its
+        gate."""
+        route, self._route = self._route, None
+        if route is not None and route.gate is not None:
+            route.gate.busy -= 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+        super().connection_lost(exc)
 
     def _default_header_bytes(self) -> bytes:
         """uvicorn's default headers (``date``, ``server``) as bytes; the list is replaced

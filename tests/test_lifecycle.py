@@ -316,3 +316,18 @@ def test_predicates_beyond_the_bound_get_503_at_once(one_predicate_server: Serve
     assert reply.status_code == 200 and reply.json()["code"] == 3  # floor pod, GPU node
     assert metric(url, "raygate_requests_shed_total", route="/volcano/predicate") == 1
     assert metric(url, "raygate_requests_total", route="/volcano/predicate", code="503") == 1
+
+
+def test_a_predicate_whose_client_goes_away_mid_body_frees_its_slot(
+    one_predicate_server: ServerThread,
+) -> None:
+    url = one_predicate_server.url
+    in_flight = "raygate_requests_in_flight"
+    held = Upload(one_predicate_server.server.http_port, "/volcano/predicate", PREDICATE)
+    wait_until(lambda: metric(url, in_flight, route="/volcano/predicate") == 1,
+               "the held predicate to take the slot")
+    held.close()
+    wait_until(lambda: metric(url, in_flight, route="/volcano/predicate") == 0,
+               "the slot to be freed")
+    reply = httpx.post(f"{url}/volcano/predicate", content=PREDICATE, timeout=10)
+    assert reply.status_code == 200 and reply.json()["code"] == 3
