@@ -1,13 +1,15 @@
-"""The HTTP front: a raw ASGI application, no framework.
+"""The HTTP front: raw ASGI on uvicorn, no framework, and a fast path beside it.
 
 Measured on this machine class (reference/performance.md), a raw ASGI callable on
 uvicorn with uvloop and httptools, with msgspec doing the JSON, is the fastest Python
 stack for the extender's small-request, latency-bound pattern; frameworks cost 2-5x.
-Routes map a path to a function ``bytes -> bytes``; errors are mapped to replies by
-``extender.errors.reply_for`` and nowhere else. Routes that need the query, the headers,
-path parameters (``/v1/namespaces/{namespace}/...``) or to wait (long-poll) are
-``AsyncRoute``s: looked up only after the exact-path table misses, so the scheduler's hot
-routes pay nothing for them.
+Routes map a path to a function ``bytes -> bytes`` (``Route``); ``SyncRoutes`` runs them
+and maps their errors to replies through ``extender.errors.reply_for``, for both the
+ASGI app and ``extender.fast_path``, which answers most of their requests inside the
+protocol without ASGI. Routes that need the query, the headers, path parameters
+(``/v1/namespaces/{namespace}/...``) or to wait (long-poll) are ``AsyncRoute``s: looked
+up only after the exact-path table misses, so the scheduler's hot routes pay nothing for
+them.
 """
 
 from __future__ import annotations
