@@ -44,7 +44,20 @@ class FastPathProtocol(DeadlineProtocol):
     _paused_for_writes = False
     _default_headers: tuple[Any, bytes] = (None, b"")
 
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # A request is under way: no idle timeout until it is answered (a fast reply may
+        # have armed one while this request was already in the same read).
+        self._unset_keepalive_if_required()
+
+    def _closing(self) -> bool:
+        """Closing (``Connection: close``, shutdown) with no fast request arriving: the
+        rest of this read is dropped, as uvicorn drops it, handlers not run."""
+        return self._route is None and self.transport.is_closing()
+
     def on_headers_complete(self) -> None:
+        if self._closing():
+            return
         route = self._fast_route()
         if route is None:
             super().on_headers_complete()
@@ -80,19 +93,23 @@ class FastPathProtocol(DeadlineProtocol):
         return route
 
     def on_body(self, body: bytes) -> None:
+        if self._closing():
+            return
         if self._route is None:
             super().on_body(body)
         else:
             self._chunks.append(body)
 
     def on_message_complete(self) -> None:
+        if self._closing():
+            return
         route = self._route
         if route is None:
             super().on_message_complete()
             return
         self._release()
         self.arriving_since = None  # whole: the request deadline no longer applies
-        chunks = self._chunks
+        chunks, self._chunks = self._chunks, []  # an idle connection keeps no body
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         path = self.url.decode("ascii")
         sync = self.sync
@@ -110,11 +127,17 @@ class FastPathProtocol(DeadlineProtocol):
         if not keep_alive:
             self.transport.close()
             return
-        if self.flow.write_paused and not self.flow.read_paused:
-            # The client is not reading its replies: stop reading its requests too.
+        if self.flow.write_paused:
+            # The client is not reading its replies: stop reading its requests too, and
+            # keep the connection while it is slow to read (the ASGI path waits the same).
             self.flow.pause_reading()
             self._paused_for_writes = True
-        # uvicorn's keep-alive timeout, armed after every reply as it does.
+            return
+        self._arm_keep_alive()
+
+    def _arm_keep_alive(self) -> None:
+        """uvicorn's idle timeout, armed after a reply as it arms it (the next request's
+        ``on_message_begin`` disarms it)."""
         self._unset_keepalive_if_required()
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler)
@@ -145,6 +168,9 @@ class FastPathProtocol(DeadlineProtocol):
         if self._paused_for_writes:
             self._paused_for_writes = False
             self.flow.resume_reading()
+            idle = self._route is None and (self.cycle is None or self.cycle.response_complete)
+            if idle and not self.pipeline:
+                self._arm_keep_alive()
 
     def shutdown(self) -> None:
         if self._route is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import h11
 import pytest
 
+from extender.fast_path import FastPathProtocol
 from extender.http import HttpApp
 from tests.conftest import ServerThread, start_demo_server
 
@@ -293,3 +294,77 @@ def test_a_client_that_does_not_read_its_replies_is_not_read_either(
         if part:
             sock.sendall(raw[part:])
             assert replies(sock, 1)[0].body.count(b"unknown-node-") == len(names)
+
+
+# --- found by review: the keep-alive timer, idle bodies, a closing connection -------------
+
+
+@pytest.fixture
+def short_keep_alive() -> Iterator[ServerThread]:
+    """A server whose idle keep-alive timeout is 1 s (uvicorn reads it per connection)."""
+    thread = start_demo_server()
+    thread.server._http.config.timeout_keep_alive = 1
+    yield thread
+    thread.stop()
+
+
+def test_a_fast_reply_does_not_time_out_the_request_behind_it(
+    short_keep_alive: ServerThread,
+) -> None:
+    # healthz (fast) and a 2 s long-poll (ASGI) in one read: the idle timeout armed after
+    # the first reply must not cut the long-poll.
+    with connect(short_keep_alive) as sock:
+        sock.sendall(request("GET", "/v1/admission"))
+        version = replies(sock, 1, "GET")[0].headers[b"etag"].decode().strip('"')
+        sock.sendall(request("GET", "/healthz") + request(
+            "GET", f"/v1/admission?waitForChange={version}&timeoutSeconds=2"))
+        got = replies(sock, 2, "GET")
+    assert [r.status for r in got] == [200, 200]
+
+
+def test_a_client_slow_to_read_is_not_timed_out_as_idle(short_keep_alive: ServerThread) -> None:
+    # 400 pipelined requests (one read) whose ~9 MB of replies outgrow the socket buffers:
+    # the server stops reading and waits. Not reading for longer than the idle timeout
+    # leaves the connection paused, not idle: once the client reads, it stays usable.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)  # no autotuning
+    sock.settimeout(10)
+    with sock:
+        sock.connect(("127.0.0.1", short_keep_alive.server.http_port))
+        count = 400
+        sock.sendall(request("GET", "/openapi.json") * count)
+        time.sleep(2.5)
+        assert all(r.status == 200 for r in replies(sock, count, "GET"))
+        sock.sendall(request("GET", "/healthz"))
+        assert replies(sock, 1, "GET")[0].body == b'{"status":"ok"}'
+
+
+def test_an_idle_connection_keeps_no_request_body(server: ServerThread) -> None:
+    with connect(server) as sock:
+        sock.sendall(request("POST", "/scheduler/filter", FLOOR))
+        replies(sock, 1)
+        held = [c for c in list(server.server._http.server_state.connections)
+                if isinstance(c, FastPathProtocol) and getattr(c, "_chunks", None)]
+    assert held == []
+
+
+def test_requests_behind_the_last_one_before_shutdown_are_not_run() -> None:
+    server = start_demo_server()
+    metrics = server.server.metrics
+    try:
+        raw = request("POST", "/scheduler/filter", FLOOR)
+        with connect(server) as sock:
+            sock.sendall(raw[:len(raw) // 2])
+            server.loop.call_soon_threadsafe(server.server.stop)
+            time.sleep(0.3)
+            sock.sendall(raw[len(raw) // 2:] + request("POST", "/scheduler/prioritize", FLOOR)
+                         + request("GET", "/healthz?x=1"))
+            data = b""
+            while chunk := sock.recv(1 << 16):
+                data += chunk
+        assert data.count(b"HTTP/1.1 ") == 1
+    finally:
+        server.thread.join(15)
+    exposition = metrics.exposition(b"").decode().splitlines()
+    assert 'raygate_requests_total{code="200",route="/scheduler/filter"} 1.0' in exposition
+    assert 'raygate_requests_total{code="200",route="/scheduler/prioritize"} 0.0' in exposition
