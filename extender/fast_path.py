@@ -106,6 +106,11 @@ class FastPathProtocol(DeadlineProtocol):
         route = self._route
         if route is None:
             super().on_message_complete()
+            if (self.cycle is not None and self.cycle.response_complete and not self.pipeline
+                    and not self.transport.is_closing()):
+                # The ASGI app answered before the body's end (413, 405, a full gate): its
+                # idle timeout was disarmed by the body's rest arriving. Arm it again.
+                self._arm_keep_alive()
             return
         self._release()
         self.arriving_since = None  # whole: the request deadline no longer applies

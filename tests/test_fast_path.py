@@ -368,3 +368,18 @@ def test_requests_behind_the_last_one_before_shutdown_are_not_run() -> None:
     exposition = metrics.exposition(b"").decode().splitlines()
     assert 'raygate_requests_total{code="200",route="/scheduler/filter"} 1.0' in exposition
     assert 'raygate_requests_total{code="200",route="/scheduler/prioritize"} 0.0' in exposition
+
+
+def test_a_connection_answered_before_its_body_ended_still_times_out_when_idle(
+    short_keep_alive: ServerThread,
+) -> None:
+    # POST to a GET route: 405 at once; the body's rest arrives after the reply, and then
+    # the connection is idle and must close after the idle timeout (uvicorn alone would
+    # keep it for ever).
+    head = (b"POST /healthz HTTP/1.1\r\nHost: raygate\r\nContent-Length: 2000\r\n\r\n")
+    with connect(short_keep_alive) as sock:
+        sock.sendall(head + b"x" * 1000)
+        assert replies(sock, 1)[0].status == 405
+        sock.sendall(b"x" * 1000)
+        sock.settimeout(5)
+        assert closed(sock)
