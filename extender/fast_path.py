@@ -14,10 +14,12 @@ a free slot in the route's gate, nothing queued behind an ASGI request on the
 connection. Everything else — unknown paths, other methods, HEAD, chunked or oversized
 bodies, a full gate, the long-polls — goes to the ASGI app exactly as before, and it
 answers every error (a full gate: 503). A fast request holds its gate's slot from its
-head to its last byte, as the ASGI path does. Both paths share
-``SyncRoutes``: the same handlers, error replies and metrics. Connection handling
-(keep-alive, its timeout, request deadlines, flow control, graceful shutdown) stays
-uvicorn's and ``DeadlineProtocol``'s.
+head to its last byte, as the ASGI path does. Both paths share ``SyncRoutes``: the same
+handlers, error replies and metrics. Connection handling (keep-alive, request deadlines,
+flow control, graceful shutdown) stays uvicorn's and ``DeadlineProtocol``'s, with the idle
+timeout armed only when a connection is idle: not while a request pipelined behind a fast
+reply is under way, not while replies wait unread, and again after the ASGI app answered
+before a body's end (where uvicorn would leave the connection with no timeout at all).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = ["FastPathProtocol", "fast_path_protocol"]
 
 
 class FastPathProtocol(DeadlineProtocol):
+    """uvicorn's httptools protocol answering ``sync``'s routes itself (see the module)."""
+
     sync: SyncRoutes
     """The routes; bound per server by ``fast_path_protocol``."""
 

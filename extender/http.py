@@ -52,7 +52,6 @@ __all__ = [
     "Response",
     "Route",
     "SyncRoutes",
-    "create_app",
     "health_routes",
     "metrics_routes",
     "scheduler_routes",
@@ -356,15 +355,6 @@ class HttpApp:
             status, reply, content_type = sync.answer(route, scope["method"], path, body, timer)
         await _send(send, status, _head(content_type, reply), reply, timer=timer,
                     started=started)
-
-
-def create_app(
-    routes: Mapping[str, Route | AsyncRoute],
-    max_body: int = DEFAULT_MAX_BODY,
-    metrics: Metrics | None = None,
-) -> HttpApp:
-    """The ASGI application serving ``routes``; see ``HttpApp``."""
-    return HttpApp(routes, max_body, metrics)
 
 
 def _check_method(scope: Scope, method: bytes) -> None:

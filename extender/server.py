@@ -39,7 +39,6 @@ from extender.http import (
     Gate,
     HttpApp,
     Route,
-    create_app,
     health_routes,
     metrics_routes,
     scheduler_routes,
@@ -200,7 +199,7 @@ class RaygateServer:
             **private,
         }
         self._http = _HttpServer(
-            _http_config(create_app(routes, settings.max_body_bytes, self.metrics),
+            _http_config(HttpApp(routes, settings.max_body_bytes, self.metrics),
                          settings, None if self.tls is None else self.tls.listener_context()),
             "main", settings.header_timeout_seconds, self.metrics)
         self._grpc: grpc.aio.Server | None = None
@@ -217,8 +216,8 @@ class RaygateServer:
                 TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
             self.metrics.watch_tls("webhook", self._webhook_tls)
             self._webhook = _HttpServer(
-                _http_config(create_app({**health_routes(cache, lambda: self.shutting_down),
-                                         **webhook_routes()}, settings.max_body_bytes),
+                _http_config(HttpApp({**health_routes(cache, lambda: self.shutting_down),
+                                      **webhook_routes()}, settings.max_body_bytes),
                              settings, self._webhook_tls.listener_context()),
                 "webhook", settings.header_timeout_seconds, self.metrics)
 
