@@ -53,16 +53,26 @@ def sweep(connections: Iterable[Any], timeout: float, now: float) -> int:
         since = getattr(connection, "arriving_since", None)
         if since is None or now - since <= timeout:
             continue
-        if connection.flow.read_paused:
+        flow = connection.flow
+        if flow.read_paused and not flow.write_paused:
             # raygate stopped reading (a pipelined request waits for the one before it,
             # or the app has not taken the buffered body yet): not the client's delay.
             connection.arriving_since = now
             continue
         transport = connection.transport
         if transport is not None and not transport.is_closing():
-            log.info("closing a connection from %s: its request did not arrive within %gs",
-                     _client(connection), timeout)
-            transport.close()
+            if flow.write_paused:
+                # The client does not read its replies, so raygate stopped reading its
+                # request: the client's delay. Its request may hold a predicate slot, and
+                # close() would wait for the unread replies to drain: abort.
+                log.info("aborting a connection from %s: its request did not arrive within "
+                         "%gs while it left %d bytes of replies unread", _client(connection),
+                         timeout, transport.get_write_buffer_size())
+                transport.abort()
+            else:
+                log.info("closing a connection from %s: its request did not arrive within "
+                         "%gs", _client(connection), timeout)
+                transport.close()
             closed += 1
         connection.arriving_since = None
     return closed

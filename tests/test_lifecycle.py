@@ -331,3 +331,31 @@ def test_a_predicate_whose_client_goes_away_mid_body_frees_its_slot(
                "the slot to be freed")
     reply = httpx.post(f"{url}/volcano/predicate", content=PREDICATE, timeout=10)
     assert reply.status_code == 200 and reply.json()["code"] == 3
+
+
+def test_a_predicate_behind_unread_replies_frees_its_slot_after_the_header_timeout() -> None:
+    # One send: 400 pipelined GET /openapi.json (~9 MB of replies, more than the socket
+    # buffers hold) and half a predicate. raygate parses the predicate's head (taking the
+    # slot) after it stopped reading because the client does not read: the request can
+    # never arrive, and the deadline must not wait for raygate's own pause.
+    thread = server_with(predicate_concurrency=1, header_timeout_seconds=TIMEOUT)
+    try:
+        url = thread.url
+        in_flight = "raygate_requests_in_flight"
+        timed_out = metric(url, "raygate_requests_timed_out_total", listener="main")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)  # no autotuning
+        with sock:
+            sock.connect((HOST, thread.server.http_port))
+            sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: raygate\r\n\r\n" * 400
+                         + b"POST /volcano/predicate HTTP/1.1\r\nHost: raygate\r\n"
+                         + b"Content-Length: %d\r\n\r\n" % len(PREDICATE)
+                         + PREDICATE[:len(PREDICATE) // 2])
+            wait_until(lambda: metric(url, "raygate_requests_timed_out_total",
+                                      listener="main") == timed_out + 1,
+                       "the connection to be aborted")
+            assert metric(url, in_flight, route="/volcano/predicate") == 0
+        reply = httpx.post(f"{url}/volcano/predicate", content=PREDICATE, timeout=10)
+        assert reply.status_code == 200 and reply.json()["code"] == 3
+    finally:
+        thread.stop()
