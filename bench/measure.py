@@ -141,8 +141,8 @@ def wrk_script(steps: Steps, path: Path) -> Path:
     if not path.exists():
         path.write_text(_LUA.format(
             files=", ".join(_lua(str(f)) for f in steps.files),
-            methods=", ".join(_lua(r.method) for r in steps.requests),
-            paths=", ".join(_lua(r.path) for r in steps.requests),
+            methods=", ".join(_lua(r.method) for r in steps.requests * steps.units),
+            paths=", ".join(_lua(r.path) for r in steps.requests * steps.units),
         ), encoding="utf-8")
     return path
 
@@ -195,9 +195,8 @@ def run_one(server: Server, scenario: HttpScenario, steps: Steps, *, wrk: str | 
             duration_s: float, warmup_s: float, client_cpus: str | None, workdir: Path,
             pass_no: int) -> Measurement:
     """Warm up, then measure ``scenario`` against ``server`` once."""
-    requests = [r.raw() for r in steps.requests]
     try:
-        pyclient_warmup(server.port, requests, 0.0, warmup_s)
+        pyclient_warmup(server.port, [[r.raw() for r in steps.requests]], 0.0, warmup_s)
     except (OSError, RuntimeError) as exc:
         raise BenchError(f"{server.name}: {scenario.key}: warm-up failed: {exc}") from None
     cpu0, (steal0, busy0, total0) = server.cpu_seconds(), _cpu_ticks()
@@ -273,7 +272,8 @@ def _run_pyclient(server: Server, scenario: HttpScenario, steps: Steps, *, durat
     for out in outs:
         cmd = [*_taskset(client_cpus), sys.executable, "-m", "bench.pyclient",
                "--port", str(server.port), "--duration", str(duration_s),
-               "--out", str(out), *map(str, steps.raw_files)]
+               "--out", str(out), "--per-unit", str(len(steps.requests) if scenario.paired else 1),
+               *map(str, steps.raw_files)]
         procs.append(subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE))
     samples: list[int] = []
     elapsed = 0.0

@@ -6,18 +6,19 @@ The runner uses it where wrk cannot do the job:
   timed together: wrk's Lua API has no clock to time a pair;
 * every scenario when wrk is missing (a fallback the runner announces).
 
-One connection, requests sent back to back (closed loop, like wrk's). The client costs
+One connection, units sent back to back in turn (closed loop, like wrk's). The client costs
 ~15-30 µs per request on this machine (one ``sendall``, a few ``recv_into``), the same
 for every contender. Replies must carry ``Content-Length`` (both servers send it) and
 status 200; anything else exits 1 with the reason.
 
     python -m bench.pyclient --port 8888 --duration 5 --warmup 1 --out samples.json \
-        filter.http prioritize.http
+        --per-unit 2 filter-0.http prioritize-0.http filter-1.http prioritize-1.http
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import socket
@@ -74,25 +75,26 @@ class _Connection:
         self.sock.close()
 
 
-def measure(port: int, requests: Sequence[bytes], duration_s: float,
+def measure(port: int, units: Sequence[Sequence[bytes]], duration_s: float,
             warmup_s: float) -> tuple[list[int], float]:
-    """Units (all ``requests`` in order) back to back on one connection for
-    ``duration_s`` after ``warmup_s``; each unit's wall time in ns, and the seconds
+    """``units`` in turn (each unit's requests in order), back to back on one connection
+    for ``duration_s`` after ``warmup_s``; each unit's wall time in ns, and the seconds
     measured."""
     conn = _Connection(port)
     clock = time.perf_counter_ns
     samples: list[int] = []
+    turn = itertools.cycle(units)
     try:
         deadline = clock() + int(warmup_s * 1e9)
         while clock() < deadline:
-            for request in requests:
+            for request in next(turn):
                 if (status := conn.exchange(request)) != 200:
                     raise ClientError(f"HTTP {status} during warm-up")
         started = clock()
         deadline = started + int(duration_s * 1e9)
         while len(samples) < MAX_UNITS:
             t0 = clock()
-            for request in requests:
+            for request in next(turn):
                 if (status := conn.exchange(request)) != 200:
                     raise ClientError(f"HTTP {status}")
             t1 = clock()
@@ -118,12 +120,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, required=True)
     parser.add_argument("--warmup", type=float, default=0.0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--per-unit", type=int, default=1,
+                        help="requests per unit, timed together (default 1)")
     parser.add_argument("requests", nargs="+", type=Path,
-                        help="files holding one raw HTTP request each")
+                        help="files holding one raw HTTP request each, in sending order")
     args = parser.parse_args(argv)
     requests = [p.read_bytes() for p in args.requests]
+    if args.per_unit < 1 or len(requests) % args.per_unit:
+        parser.error(f"{len(requests)} requests do not make units of {args.per_unit}")
+    units = [requests[i:i + args.per_unit] for i in range(0, len(requests), args.per_unit)]
     try:
-        samples, elapsed = measure(args.port, requests, args.duration, args.warmup)
+        samples, elapsed = measure(args.port, units, args.duration, args.warmup)
     except (ClientError, OSError) as exc:
         print(f"pyclient: {exc}", file=sys.stderr)
         return 1

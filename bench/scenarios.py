@@ -24,6 +24,7 @@ __all__ = [
     "HTTP_SCENARIOS",
     "MICRO",
     "PLANS",
+    "ROTATED_PODS",
     "TARGETS",
     "HttpScenario",
     "MicroPlan",
@@ -44,6 +45,12 @@ CONTENDERS = ("raygate", "go")
 CLUSTER_NODES = 5000
 """Nodes in the cluster both servers load (15% GPU); requests name a prefix of them plus
 ~1% names neither server knows."""
+
+ROTATED_PODS = 300
+"""Distinct pending pods a rotating scenario sends in turn. kube-scheduler sends each pod
+to filter once (then to prioritize, and again only on a retry), so filter meets a pod it has
+not seen; raygate keeps the views of the last 256 request pods
+(``extender.scheduler_api.RequestPods``), and 300 pods in turn are never found there."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,14 @@ class HttpScenario:
     def paired(self) -> bool:
         """Two requests per unit, timed as one (per scheduled pod)."""
         return self.verb in (Verb.CYCLE, Verb.EMPTY_CYCLE)
+
+    @property
+    def rotates_pods(self) -> bool:
+        """Each unit carries the next of ``ROTATED_PODS`` pods: filter and the scheduling
+        cycle over node names, where a cluster sends a new pod. Prioritize alone repeats one
+        pod (in a cluster it follows filter for the same pod); NodeList bodies too (3.6 MB
+        each, 300 of them would be 1 GB; the pod is under 1 % of their work)."""
+        return self.shape is Shape.NAMES and self.verb in (Verb.FILTER, Verb.CYCLE)
 
     @property
     def key(self) -> str:

@@ -34,7 +34,7 @@ from bench.payloads import (
     volcano_predicate,
     volcano_prioritize,
 )
-from bench.scenarios import HttpScenario, Shape, Verb
+from bench.scenarios import ROTATED_PODS, HttpScenario, Shape, Verb
 
 __all__ = ["Request", "Steps", "Workload", "compare_replies"]
 
@@ -61,13 +61,25 @@ class Request:
 
 @dataclass(frozen=True)
 class Steps:
-    """One unit of a scenario: its requests, sent in order (one unless paired)."""
+    """A scenario's units (one request each, two when paired), sent in turn."""
 
-    requests: tuple[Request, ...]
+    checked: tuple[tuple[Request, ...], ...]
+    """The units whose replies are checked: the first and, when the pods rotate, the last
+    (the units differ only by their pod)."""
     files: tuple[Path, ...]
-    """Each request's body in a file (``-`` for none), for wrk's Lua script."""
+    """Every unit's request bodies in sending order, in files (``-`` for none), for wrk's
+    Lua script."""
     raw_files: tuple[Path, ...]
-    """Each whole request in a file, for bench.pyclient."""
+    """Every unit's whole requests in sending order, in files, for bench.pyclient."""
+
+    @property
+    def requests(self) -> tuple[Request, ...]:
+        """The first unit: the warm-up sends it."""
+        return self.checked[0]
+
+    @property
+    def units(self) -> int:
+        return len(self.raw_files) // len(self.requests)
 
     @property
     def body_bytes(self) -> int:
@@ -127,22 +139,30 @@ class Workload:
     def steps(self, s: HttpScenario) -> Steps:
         key = (s.verb, s.shape, s.size, s.pods_per_node)
         if key not in self._steps:
-            requests = self._build(s)
             stem = f"{len(self._steps):02d}"
-            files, raws = [], []
-            for i, r in enumerate(requests):
-                body = self.workdir / f"{stem}-{i}.body"
-                raw = self.workdir / f"{stem}-{i}.http"
-                body.write_bytes(r.body or b"")
-                raw.write_bytes(r.raw())
-                files.append(body if r.body is not None else Path("-"))
-                raws.append(raw)
-            self._steps[key] = Steps(tuple(requests), tuple(files), tuple(raws))
+            files: list[Path] = []
+            raws: list[Path] = []
+            units = self._units(s)
+            for u, unit in enumerate(units):
+                for i, r in enumerate(unit):
+                    body = self.workdir / f"{stem}-{u:03d}-{i}.body"
+                    raw = self.workdir / f"{stem}-{u:03d}-{i}.http"
+                    body.write_bytes(r.body or b"")
+                    raw.write_bytes(r.raw())
+                    files.append(body if r.body is not None else Path("-"))
+                    raws.append(raw)
+            checked = (units[0],) if len(units) == 1 else (units[0], units[-1])
+            self._steps[key] = Steps(checked, tuple(files), tuple(raws))
         return self._steps[key]
 
     # --- requests and what raygate must answer ------------------------------------------
 
-    def _build(self, s: HttpScenario) -> list[Request]:
+    def _units(self, s: HttpScenario) -> list[tuple[Request, ...]]:
+        pods = ([ray_worker_pod(FLOOR_GROUP, index=i) for i in range(ROTATED_PODS)]
+                if s.rotates_pods else [self.floor_pod])
+        return [tuple(self._build(s, pod)) for pod in pods]
+
+    def _build(self, s: HttpScenario, floor_pod: Obj) -> list[Request]:
         if s.verb in (Verb.HEALTHZ, Verb.EMPTY_CYCLE):
             ok = Request("GET", "/healthz", None,
                          lambda got: _diff(got, {"status": "ok"}))
@@ -150,11 +170,12 @@ class Workload:
         if s.shape is Shape.NAMES:
             names = self.names[:s.size]
             if s.verb is Verb.FILTER:
-                return [self._filter_names(names)]
+                return [self._filter_names(floor_pod, names)]
             if s.verb is Verb.PRIORITIZE:
                 return [self._prioritize_names(self.overflow_pod, names)]
             passed = [n for n in names if n not in self.gpu]
-            return [self._filter_names(names), self._prioritize_names(self.floor_pod, passed)]
+            return [self._filter_names(floor_pod, names),
+                    self._prioritize_names(floor_pod, passed)]
         if s.shape is Shape.NODELIST:
             return [self._nodelist(s.verb, self.nodes[:s.size])]
         if s.verb is Verb.VOLCANO_PREDICATE:
@@ -163,7 +184,7 @@ class Workload:
             return [self._volcano_prioritize(s.size, s.pods_per_node)]
         raise ValueError(f"no payload for {s.key}")
 
-    def _filter_names(self, names: list[str]) -> Request:
+    def _filter_names(self, pod: Obj, names: list[str]) -> Request:
         want_passed = [n for n in names if n not in self.gpu]
         want_refused = {n for n in names if n in self.gpu}
 
@@ -178,7 +199,7 @@ class Workload:
                 return "NodeNames: " + problem
             return _refusals(got.get("FailedAndUnresolvableNodes"), want_refused)
 
-        return Request("POST", "/scheduler/filter", extender_args(self.floor_pod, names), expect)
+        return Request("POST", "/scheduler/filter", extender_args(pod, names), expect)
 
     def _prioritize_names(self, pod: Obj, names: list[str]) -> Request:
         want = [{"Host": n, "Score": 0 if n in self.gpu else 10}
@@ -242,21 +263,27 @@ class Workload:
 
 
 def check(steps: Steps, raygate_port: int, go_port: int, what: str) -> None:
-    """Both servers answer every request of ``steps`` with 200; raygate's reply is right
-    and the Go peer's is the same. Raises ``BenchError`` otherwise."""
-    for i, r in enumerate(steps.requests):
-        where = f"{what}, request {i + 1} ({r.method} {r.path})"
-        replies: dict[str, bytes] = {}
-        for name, port in (("raygate", raygate_port), ("go", go_port)):
-            status, body = request(port, r.method, r.path, r.body)
-            if status != 200:
-                raise BenchError(f"{where}: {name} answered HTTP {status}: {body[:300]!r}")
-            replies[name] = body
-        try:
-            parsed = json.loads(replies["raygate"])
-        except ValueError as exc:
-            raise BenchError(f"{where}: raygate's reply is not JSON: {exc}") from None
-        if (problem := r.expect(parsed)) is not None:
-            raise BenchError(f"{where}: raygate answered wrongly: {problem}")
-        if (problem := compare_replies(replies["raygate"], replies["go"])) is not None:
-            raise BenchError(f"{where}: the Go peer's reply differs from raygate's: {problem}")
+    """Both servers answer every request of the checked units with 200; raygate's reply is
+    right and the Go peer's is the same. Raises ``BenchError`` otherwise."""
+    last = steps.units - 1
+    for u, unit in zip((0, last), steps.checked, strict=False):
+        for i, r in enumerate(unit):
+            where = f"{what}, unit {u + 1} of {last + 1}, request {i + 1} ({r.method} {r.path})"
+            _check_one(r, raygate_port, go_port, where)
+
+
+def _check_one(r: Request, raygate_port: int, go_port: int, where: str) -> None:
+    replies: dict[str, bytes] = {}
+    for name, port in (("raygate", raygate_port), ("go", go_port)):
+        status, body = request(port, r.method, r.path, r.body)
+        if status != 200:
+            raise BenchError(f"{where}: {name} answered HTTP {status}: {body[:300]!r}")
+        replies[name] = body
+    try:
+        parsed = json.loads(replies["raygate"])
+    except ValueError as exc:
+        raise BenchError(f"{where}: raygate's reply is not JSON: {exc}") from None
+    if (problem := r.expect(parsed)) is not None:
+        raise BenchError(f"{where}: raygate answered wrongly: {problem}")
+    if (problem := compare_replies(replies["raygate"], replies["go"])) is not None:
+        raise BenchError(f"{where}: the Go peer's reply differs from raygate's: {problem}")
