@@ -6,7 +6,9 @@ buffered part) for ever. ``DeadlineProtocol`` notes when each request started to
 and when it arrived whole; ``sweep`` — run by the server every tenth of a second, never
 per request — closes the connections whose request is older than the timeout. The
 request path pays two attribute writes and one clock read per request, no task and no
-timer; an ASGI app waiting for the rest of a body gets ``http.disconnect``.
+timer; an ASGI app waiting for the rest of a body gets ``http.disconnect``. A connection
+raygate stopped reading is not timed out, unless it stopped because the client leaves its
+replies unread.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ class DeadlineProtocol(HttpToolsProtocol):
 
 
 def sweep(connections: Iterable[Any], timeout: float, now: float) -> int:
-    """Close each connection whose request has been arriving longer than ``timeout``;
-    the number closed."""
+    """Close each connection whose request has been arriving longer than ``timeout`` (abort
+    it when its client leaves replies unread); the number closed."""
     closed = 0
     for connection in list(connections):
         since = getattr(connection, "arriving_since", None)
