@@ -35,6 +35,7 @@ from bench.payloads import (
     volcano_prioritize,
 )
 from bench.scenarios import ROTATED_PODS, HttpScenario, Shape, Verb
+from extender.scheduler_api import RequestPods
 
 __all__ = ["Request", "Steps", "Workload", "compare_replies"]
 
@@ -123,6 +124,9 @@ def compare_replies(raygate: bytes, go: bytes) -> str | None:
 
 class Workload:
     def __init__(self, workdir: Path, n_nodes: int) -> None:
+        if (memo := RequestPods().limit) >= ROTATED_PODS:
+            raise BenchError(f"ROTATED_PODS ({ROTATED_PODS}) must exceed the pods raygate "
+                             f"remembers ({memo}), or filter would find every pod")
         self.workdir = workdir
         self.snapshot = cluster_snapshot(n_nodes)
         self.nodes: list[Obj] = [o for o in self.snapshot["items"] if o["kind"] == "Node"]
