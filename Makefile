@@ -5,7 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-ray check lint types proto proto-check bench bench-ci bench-admission image clean
+.PHONY: run test test-ray testbed e2e check lint types proto proto-check bench bench-ci bench-admission \
+	image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,15 @@ $(RAY_STAMP): $(STAMP) pyproject.toml
 # `make test` skips these when Ray is not installed; here a missing Ray is a failure.
 test-ray: $(RAY_STAMP)  ## the tests against the real Ray autoscaler code (installs raygate[ray])
 	RAYGATE_REQUIRE_RAY=1 $(BIN)/python -m pytest -q -m ray
+
+# The real components, built from their Go modules at the versions pinned in
+# testbed/modules/*/go.mod, into ~/.cache/raygate/testbed (a cold build takes ~15 min on
+# 2 cores; a warm one seconds). Needs the go command and the Go module proxy.
+testbed: $(STAMP)  ## build etcd, kube-apiserver, kube-scheduler, kubectl, KubeRay, kwok (cached)
+	$(BIN)/python -m testbed build
+
+e2e: testbed  ## the scenarios against the real components; writes docs/e2e-report.md
+	$(BIN)/python -m pytest -q e2e
 
 check: lint types proto-check  ## lint (ruff), types (mypy strict, tests included), generated code current
 

@@ -37,8 +37,13 @@ _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_NODE_TYPE = "ray.io/node-type"
 LABEL_GROUP = "ray.io/group"
-# Volcano's per-pod opt-out from preemption; raygate honours it under every scheduler.
+# Volcano's per-pod opt-out from preemption, as an annotation or a label (Volcano reads
+# both, the annotation first); raygate honours it under every scheduler.
 ANNOTATION_PREEMPTABLE = "volcano.sh/preemptable"
+# Go's strconv.ParseBool, which Volcano parses the value with.
+_GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+             "0": False, "f": False, "F": False, "FALSE": False, "false": False,
+             "False": False}
 # Set by KubeRay's Volcano integration on every pod of the gang.
 ANNOTATION_GROUP_NAME = "scheduling.k8s.io/group-name"
 
@@ -123,6 +128,18 @@ class PodView:
     @property
     def is_ray(self) -> bool:
         return LABEL_CLUSTER in self.labels and self.ray_node_type in ("head", "worker")
+
+    @property
+    def opted_out_of_preemption(self) -> str:
+        """Where the pod says ``volcano.sh/preemptable`` is false ("annotation" or
+        "label"), or "" when it may be preempted. Volcano's rule (``GetPodPreemptable``):
+        the annotation wins over the label; a value ``strconv.ParseBool`` cannot read
+        means not preemptable."""
+        for where, values in (("annotation", self.annotations), ("label", self.labels)):
+            value = values.get(ANNOTATION_PREEMPTABLE)
+            if value is not None:
+                return "" if _GO_BOOLS.get(value, False) else where
+        return ""
 
     @property
     def group_key(self) -> GroupKey:

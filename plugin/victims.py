@@ -81,8 +81,11 @@ class _Roles:
 
 def protection(pod: PodView, role: Role | None) -> str:
     """Why ``pod`` must not be a victim, or "" when it may go."""
-    if pod.annotations.get(ANNOTATION_PREEMPTABLE) == "false":
-        return f'annotated {ANNOTATION_PREEMPTABLE}: "false"'
+    opted_out = pod.opted_out_of_preemption
+    if opted_out:
+        value = (pod.annotations if opted_out == "annotation" else pod.labels)[
+            ANNOTATION_PREEMPTABLE]
+        return f'{opted_out} {ANNOTATION_PREEMPTABLE}: "{value}"'
     if role is Role.HEAD:
         return "Ray head"
     if role is Role.FLOOR:
@@ -225,7 +228,7 @@ def volcano_victims(
     """
     roles = _Roles(view)
     concerned = (evictor is not None and evictor.is_ray) or any(
-        p.is_ray or p.annotations.get(ANNOTATION_PREEMPTABLE) == "false" for p in evictees)
+        p.is_ray or p.opted_out_of_preemption for p in evictees)
     if not concerned:
         return VolcanoVote(ABSTAIN, list(range(len(evictees))))
     vote = VolcanoVote(PERMIT)

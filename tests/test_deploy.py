@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,29 @@ def test_webhook_configuration() -> None:
     assert volumes["webhook-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}")
+
+
+PROFILE = DEPLOY / "ray-autoscaler" / "raygate-autoscaler.sh"
+
+
+@pytest.mark.parametrize(("command", "url", "runs"), [
+    # KubeRay 1.6.1's BuildAutoscalerContainer args, with the $(VAR)s expanded by the kubelet.
+    ("ray kuberay-autoscaler --cluster-name demo --cluster-namespace ray", "http://raygate:8888",
+     "raygate-autoscaler --cluster-name demo --cluster-namespace ray"),
+    ("ray kuberay-autoscaler --cluster-name demo --cluster-namespace ray", "",
+     "ray kuberay-autoscaler --cluster-name demo --cluster-namespace ray"),
+    ("ray status", "http://raygate:8888", "ray status"),
+])
+def test_autoscaler_login_profile_runs_raygate_autoscaler(tmp_path: Path, command: str,
+                                                          url: str, runs: str) -> None:
+    """What the autoscaler image's login shell runs for KubeRay's command (the shell
+    itself, `bash -lc`, reads /etc/profile.d in the image; here the profile is sourced)."""
+    for name in ("ray", "raygate-autoscaler"):
+        stub = tmp_path / name
+        stub.write_text(f'#!/bin/sh\necho {name} "$@"\n')
+        stub.chmod(0o755)
+    result = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", f'source "$1"; {command}', "_", str(PROFILE)],
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin", "RAYGATE_URL": url},
+        capture_output=True, text=True, timeout=10, check=True)
+    assert result.stdout.strip() == runs

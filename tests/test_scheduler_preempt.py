@@ -92,6 +92,31 @@ CASES = [
           .annotate(ANNOTATION_PREEMPTABLE, "false").obj(), other("web", cpu="8")],
          {"gpu-1": [uid("keep", "default"), uid("web", "default")]},
          {"gpu-1": [uid("web", "default")]}),
+    # Volcano's GetPodPreemptable: the label counts too (the seed's recipe puts it on the
+    # pod template's labels; the real kube-scheduler preempted such a pod in the e2e
+    # scenario while raygate read only the annotation), the annotation wins over it, and
+    # a value strconv.ParseBool cannot read means "not preemptable".
+    Case("preemptable=false as a label is protected too",
+         [make_pod("keep", "default").requests(cpu="4").on("gpu-1")
+          .label(ANNOTATION_PREEMPTABLE, "false").obj(), other("web", cpu="8")],
+         {"gpu-1": [uid("keep", "default"), uid("web", "default")]},
+         {"gpu-1": [uid("web", "default")]}),
+    Case("the annotation wins over the label",
+         [make_pod("go", "default").requests(cpu="4").on("gpu-1")
+          .label(ANNOTATION_PREEMPTABLE, "false").annotate(ANNOTATION_PREEMPTABLE, "true")
+          .obj(), other("web", cpu="8")],
+         {"gpu-1": [uid("go", "default"), uid("web", "default")]},
+         {"gpu-1": [uid("go", "default"), uid("web", "default")]}),
+    Case("Go's spellings of false, and an unreadable value, protect",
+         [make_pod("f", "default").requests(cpu="1").on("gpu-1")
+          .annotate(ANNOTATION_PREEMPTABLE, "F").obj(),
+          make_pod("zero", "default").requests(cpu="1").on("gpu-1")
+          .label(ANNOTATION_PREEMPTABLE, "0").obj(),
+          make_pod("typo", "default").requests(cpu="1").on("gpu-1")
+          .annotate(ANNOTATION_PREEMPTABLE, "no").obj(), other("web", cpu="8")],
+         {"gpu-1": [uid("f", "default"), uid("zero", "default"), uid("typo", "default"),
+                    uid("web", "default")]},
+         {"gpu-1": [uid("web", "default")]}),
     Case("terminating pods still hold their resources",
          [base("b1", cpu="4"), base("b2", node="cpu-1"),
           make_pod("dying", "default").requests(cpu="8").on("gpu-1").terminating().obj(),

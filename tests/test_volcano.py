@@ -175,8 +175,10 @@ def test_victims_are_echoed_unchanged_floor_removed_gpu_surplus_first(
     assert json.dumps(evictees[3]).encode() in reply.content  # byte for byte, as sent
 
 
-def test_victims_preemptable_false_is_protected(client: httpx.Client) -> None:
-    keep = make_pod("keep", "default").on("cpu-1").annotate("volcano.sh/preemptable", "false")
+@pytest.mark.parametrize("mark", ["annotate", "label"])  # Volcano reads both
+def test_victims_preemptable_false_is_protected(client: httpx.Client, mark: str) -> None:
+    keep = getattr(make_pod("keep", "default").on("cpu-1"), mark)("volcano.sh/preemptable",
+                                                                   "false")
     reply = victims(client, "preemptable", TRAINER,
                     [task_info(keep.obj()), task_info(make_pod("web", "default").obj())])
     assert [v["Name"] for v in reply.json()["victims"]] == ["web"]

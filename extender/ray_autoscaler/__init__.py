@@ -1,7 +1,9 @@
 """The Ray autoscaler v2 (KubeRay), made to follow raygate's admission advice.
 
 ``raygate-autoscaler`` runs in the autoscaler container of a RayCluster's head pod in
-place of ``ray kuberay-autoscaler`` (``autoscalerOptions.command``/``args``). It runs the
+place of ``ray kuberay-autoscaler`` (the autoscaler image's login profile, ``deploy/
+ray-autoscaler/raygate-autoscaler.sh``, sends that command here while ``RAYGATE_URL`` is
+set: KubeRay lets a RayCluster set the autoscaler's image and env, not its command). It runs the
 stock KubeRay autoscaler with one difference: the cloud provider asks raygate, once per
 autoscaler loop, what the scheduler is doing with the cluster's pods, and
 

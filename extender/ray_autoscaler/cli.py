@@ -1,13 +1,15 @@
 """``raygate-autoscaler``: ``ray kuberay-autoscaler`` with raygate's advice.
 
-For ``autoscalerOptions`` of a RayCluster (autoscaler v2):
+For ``autoscalerOptions`` of a RayCluster (autoscaler v2), with the image of
+deploy/ray-autoscaler:
 
-    command: ["raygate-autoscaler"]
+    image: raygate-autoscaler:0.1.0
     env: [{name: RAYGATE_URL, value: "http://raygate.raygate-system:8888"}]
 
-The cluster name and namespace default to ``$RAY_CLUSTER_NAME`` and
-``$RAY_CLUSTER_NAMESPACE``, which KubeRay sets in the autoscaler container; the stock
-command stays in ``$KUBERAY_GEN_AUTOSCALER_START_CMD`` to go back to.
+KubeRay starts ``ray kuberay-autoscaler --cluster-name ... --cluster-namespace ...`` in a
+login shell; the image's profile sends it here, arguments and all, while ``RAYGATE_URL``
+is set. The cluster name and namespace default to ``$RAY_CLUSTER_NAME`` and
+``$RAY_CLUSTER_NAMESPACE``, which KubeRay sets in the autoscaler container.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ if ray.__version__ not in TESTED_RAY_VERSIONS:
         f"raygate's autoscaler integration is tested with Ray "
         f"{', '.join(TESTED_RAY_VERSIONS)} and relies on its private interfaces; this is "
         f"Ray {ray.__version__}. Install a tested version (pip install 'raygate[ray]'), or "
-        "run the stock autoscaler ($KUBERAY_GEN_AUTOSCALER_START_CMD).")
+        "run the stock autoscaler (unset RAYGATE_URL).")
 
 from ray.autoscaler.v2 import autoscaler as ray_autoscaler
 from ray.autoscaler.v2.instance_manager.cloud_providers.kuberay.cloud_provider import (

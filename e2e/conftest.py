@@ -1,0 +1,64 @@
+"""The testbed for the end-to-end scenarios: one real control plane per session
+(``make e2e`` builds its components first), a Scenario per test, the report at the end.
+
+A failed test prints the tail of every component's log; the logs stay under the
+session's temporary folder (the path is printed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e import report
+from e2e.scenario import Scenario
+from testbed.cluster import REPO, Testbed, running_testbed
+
+REPORT = Path(os.environ.get("RAYGATE_E2E_REPORT", REPO / "docs" / "e2e-report.md"))
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    workdir = tmp_path_factory.mktemp("testbed")
+    with running_testbed(workdir) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def reader_token(testbed: Testbed) -> str:
+    """A ServiceAccount token allowed to read every RayCluster's admission status: bound
+    to deploy/'s ``raygate-status-reader`` ClusterRole, as the docs tell operators to."""
+    testbed.kubectl("create", "serviceaccount", "e2e-reader", "-n", "raygate-system")
+    testbed.kubectl("create", "clusterrolebinding", "e2e-reader",
+                    "--clusterrole=raygate-status-reader",
+                    "--serviceaccount=raygate-system:e2e-reader")
+    return testbed.kubectl("create", "token", "e2e-reader", "-n", "raygate-system").stdout.strip()
+
+
+@pytest.fixture
+def scenario(testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[Scenario]:
+    """A namespace and node set of the test's own (named after it)."""
+    name = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    made = Scenario(testbed, name)
+    yield made
+    made.close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if report.write(REPORT):
+        print(f"\nscenario report: {REPORT}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    result = yield
+    if result.failed and call.when == "call":
+        testbed = getattr(item, "funcargs", {}).get("testbed")
+        if isinstance(testbed, Testbed):
+            result.sections.append(("component logs", f"(all logs: {testbed.logs})\n"
+                                    f"{testbed.logs_tail()}"))
+    return result
