@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from e2e.scenario import wait_until
+from e2e.scenario import PodHistory, wait_until
 from extender.client import connect
 from extender.errors import RaygateError
 from extender.wire.admission_status import AdmissionStatus
@@ -88,6 +88,23 @@ class AdmissionRecorder:
     def close(self) -> None:
         self._watch.close()
         self._client.close()
+
+    def lags(self, history: list[PodHistory]) -> str:
+        """How long after the API showed a change the admission API said so: the
+        scheduler's verdict (WaitingForCapacity), a DisruptionTarget (Preempted), a pod
+        running (it leaves the list). Both clocks are this process's: the pod watch and
+        the admission Watch run side by side."""
+        rows = []
+        for h in history:
+            for state, seen in (("WaitingForCapacity", h.unschedulable),
+                                ("Preempted", h.disrupted), (RUNNING_OR_GONE, h.running)):
+                said = next((t.at for t in self.transitions
+                             if t.pod == h.name and t.state == state), None)
+                if seen is not None and said is not None and said >= seen - 0.05:
+                    rows.append(f"| {h.name} | {state} | {seen:.2f} | {said:.2f} | "
+                                f"{max(0.0, said - seen):.2f} |")
+        return ("| pod | state | API shows it (s) | raygate says it (s) | lag (s) |\n"
+                "|---|---|---:|---:|---:|\n" + "\n".join(rows) + "\n")
 
     def table(self) -> str:
         lines = ["| t (s) | pod | state | advice | reason |", "|---:|---|---|---|---|"]

@@ -52,6 +52,8 @@ class PodHistory:
     deleting: float | None = None
     deleted: float | None = None
     pending_reason: str | None = None
+    unschedulable: float | None = None
+    """When the scheduler's first ``PodScheduled=False`` verdict was seen."""
 
 
 @dataclass
@@ -183,6 +185,8 @@ class Scenario:
                 if (condition["type"] == "PodScheduled" and condition["status"] == "False"
                         and condition.get("message")):
                     history.pending_reason = condition["message"]
+                    if history.unschedulable is None:
+                        history.unschedulable = t
             if meta.get("deletionTimestamp") and history.deleting is None:
                 history.deleting = t
             if kind == "DELETED":

@@ -133,7 +133,9 @@ def test_gpu_job_preempts_overflow_workers_never_the_floor(
         admission.close()
     report.add("preemption-1-raygate", scenario.timeline(
         "Preemption with raygate: a GPU job (priority 1000) needs the GPU node")
-        + "\nAdmission API (gRPC Watch) transitions:\n\n" + admission.table())
+        + "\nAdmission API (gRPC Watch) transitions:\n\n" + admission.table()
+        + "\nHow soon the admission API followed the API (no limit is asserted: a slow "
+        "machine only makes it later):\n\n" + admission.lags(scenario.history()))
 
 
 def test_without_raygate_the_stock_scheduler_takes_the_guard(scenario: Scenario) -> None:

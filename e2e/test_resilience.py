@@ -45,14 +45,20 @@ def running_counts(scenario: Scenario) -> dict[str, int]:
                                                               "overflow")}
 
 
-def test_raygate_killed_scheduling_goes_on_and_it_catches_up(
-        scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
+def start_cluster(scenario: Scenario, cluster: str, overflow: int) -> None:
+    """Two roomy CPU nodes and a RayCluster of a head, 2 floor workers and ``overflow``
+    overflow workers, all running."""
     name = scenario.name
     scenario.setup([node(f"{name}-cpu-a", name, cpu=16), node(f"{name}-cpu-b", name, cpu=16)])
-    scenario.create(raycluster("steady", scenario.namespace, name,
-                               tolerating_gpu_groups(baseline=2, overflow=1)))
+    scenario.create(raycluster(cluster, scenario.namespace, name,
+                               tolerating_gpu_groups(baseline=2, overflow=overflow)))
     wait_until("all running", lambda: running_counts(scenario) == {
-        "headgroup": 1, "baseline": 2, "overflow": 1}, timeout=90)
+        "headgroup": 1, "baseline": 2, "overflow": overflow}, timeout=90)
+
+
+def test_raygate_killed_scheduling_goes_on_and_it_catches_up(
+        scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
+    start_cluster(scenario, "steady", overflow=1)
     before = wait_until("raygate's status agrees", lambda: (
         s := admission(testbed, reader_token, scenario.namespace, "steady"))["groups"][
             "overflow"][3] == 1 and s)
@@ -77,13 +83,8 @@ def test_raygate_killed_scheduling_goes_on_and_it_catches_up(
 
 def test_apiserver_restart_raygate_resumes_and_loses_nothing(
         scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
-    name = scenario.name
-    scenario.setup([node(f"{name}-cpu-a", name, cpu=16), node(f"{name}-cpu-b", name, cpu=16)])
-    scenario.create(raycluster("resume", scenario.namespace, name,
-                               tolerating_gpu_groups(baseline=2, overflow=0)))
-    wait_until("head and floor running", lambda: running_counts(scenario)["baseline"] == 2,
-               timeout=90)
-    before = readyz(testbed)["kinds"]["Pod"]
+    start_cluster(scenario, "resume", overflow=0)
+    before = readyz(testbed)["kinds"]
 
     testbed.restart_apiserver()
     scenario.step("kube-apiserver restarted")
@@ -95,9 +96,13 @@ def test_apiserver_restart_raygate_resumes_and_loses_nothing(
         s := admission(testbed, reader_token, scenario.namespace, "resume"))["groups"][
             "overflow"][3] == 2 and s, timeout=30)
     assert status["groups"]["baseline"][3] == 2
-    after = readyz(testbed)["kinds"]["Pod"]
-    assert after["state"] == "watching"
-    assert after["events"] > before["events"]
+    after = readyz(testbed)["kinds"]
+    for kind in ("Node", "Pod", "RayCluster"):
+        # The new server's watch cache starts at its own resourceVersion: raygate's old
+        # position is gone (410), so it lists again, and watches on from there.
+        assert after[kind]["state"] == "watching"
+        assert after[kind]["relists"] > before[kind]["relists"], (kind, after[kind])
+    assert after["Pod"]["events"] > before["Pod"]["events"]
     scenario.step("restarts the testbed made (as a kubelet would): " + (", ".join(
         f"{name} at {t:.0f} s (exit {code})" for t, name, code in testbed.restarts) or "none"))
     report.add("resilience-2-apiserver", scenario.timeline(

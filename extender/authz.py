@@ -67,7 +67,7 @@ from extender.http import AsyncRoute, Request, Response, Route
 from extender.kube.client import Connection
 from extender.kube.reviews import (
     Access,
-    Decision,
+    AccessDecision,
     KubeReviewer,
     Reviewer,
     ReviewUnavailable,
@@ -198,7 +198,7 @@ class Authorizer:
         self.clock = clock
         self.counts = AuthzCounts()
         self._users: _Answers[bytes, User | None] = _Answers(max_entries, max_negative)
-        self._access: _Answers[tuple[User, Access], Decision] = _Answers(max_entries,
+        self._access: _Answers[tuple[User, Access], AccessDecision] = _Answers(max_entries,
                                                                          max_negative)
         self._inflight: dict[Hashable, asyncio.Future[Any]] = {}
         # Its own threads: a slow API server must not hold up the loop's default executor.
@@ -295,7 +295,7 @@ class Authorizer:
                   self.cache_seconds if good else self.denied_cache_seconds, self.clock())
         return value
 
-    def _review_access(self, user: User, access: Access) -> Decision:
+    def _review_access(self, user: User, access: Access) -> AccessDecision:
         # In the executor's thread: logged once per review, not once per request.
         decision = self.reviewer.review_access(user, access)
         if not decision.allowed:
@@ -312,7 +312,7 @@ class Authorizer:
             async_route = route if isinstance(route, AsyncRoute) else _as_async(route)
             guarded[path] = AsyncRoute(async_route.method,
                                        self._guard(async_route, _route_access(path), path),
-                                       async_route.protocol)
+                                       async_route.peer)
         return guarded
 
     def _guard(self, route: AsyncRoute, access_of: Callable[[Request], Access],
@@ -324,7 +324,7 @@ class Authorizer:
                                      access)
             except (Unauthorized, Forbidden, Unavailable) as exc:
                 log.debug("%s %s: %s", request.method, path, exc)
-                status, body, content_type = reply_for(exc, route.protocol)
+                status, body, content_type = reply_for(exc, route.peer)
                 # RFC 9110 §11.6.1: a 401 names the scheme the server accepts.
                 headers = (WWW_AUTHENTICATE,) if isinstance(exc, Unauthorized) else ()
                 return Response(status, body, content_type, headers)
@@ -386,7 +386,7 @@ def _as_async(route: Route) -> AsyncRoute:
         status, body, content_type = result
         return Response(status, body, content_type)
 
-    return AsyncRoute(route.method, handler, route.protocol)
+    return AsyncRoute(route.method, handler, route.peer)
 
 
 class _Interceptor(grpc.aio.ServerInterceptor):

@@ -812,7 +812,7 @@ class KindSync:
     ``/readyz`` and metrics (single attribute writes: a reader may see one counter a step
     ahead of another, never a torn value)."""
 
-    __slots__ = ("bookmarks", "errors", "events", "kind", "last_error", "last_event",
+    __slots__ = ("errors", "events", "kind", "last_error", "last_event",
                  "objects", "relists", "resource", "state", "synced")
 
     def __init__(self, kind: str, resource: str = "") -> None:
@@ -826,7 +826,6 @@ class KindSync:
         self.objects = 0
         self.events: Counter[str] = Counter()
         """Watch events applied, by type (ADDED, MODIFIED, DELETED, BOOKMARK, ...)."""
-        self.bookmarks = 0
         self.relists = 0
         """LISTs after the first: 410 Gone, a CRD that came back."""
         self.errors = 0

@@ -40,7 +40,7 @@ __all__ = [
     "MissingField",
     "NotFound",
     "PayloadTooLarge",
-    "Protocol",
+    "Peer",
     "RayClusterNotFound",
     "RaygateError",
     "Reply",
@@ -109,7 +109,7 @@ class Unavailable(RaygateError):
     reason = "Unavailable"
 
 
-class Protocol(Enum):
+class Peer(Enum):
     """Who is on the other end of a route, which decides the error shape."""
 
     RAYGATE = "raygate"  # our own API: status code + JSON error
@@ -120,19 +120,19 @@ class Protocol(Enum):
     VOLCANO_VOTE = "volcano-vote"  # jobEnqueueable: abstain
 
 
-_PEER_ERRORS: dict[Protocol, Callable[[str], bytes]] = {
-    Protocol.SCHEDULER_FILTER: lambda m: msgspec.json.encode(FilterResult(error=m)),
+_PEER_ERRORS: dict[Peer, Callable[[str], bytes]] = {
+    Peer.SCHEDULER_FILTER: lambda m: msgspec.json.encode(FilterResult(error=m)),
     # Error (1): the node fails with the message as its reason, visible in the pod's
     # events; Volcano's preempt also leaves such nodes alone.
-    Protocol.VOLCANO_PREDICATE: lambda m: msgspec.json.encode(
+    Peer.VOLCANO_PREDICATE: lambda m: msgspec.json.encode(
         volcano.PredicateResponse(status=m, code=1)),
     # Volcano chooses no node from this candidate group, and logs the message.
-    Protocol.VOLCANO_PRIORITIZE: lambda m: msgspec.json.encode(
+    Peer.VOLCANO_PRIORITIZE: lambda m: msgspec.json.encode(
         volcano.PrioritizeResponse(error_message=m)),
     # raygate cannot tell whether floor pods are among the evictees: veto (the safe side).
-    Protocol.VOLCANO_VICTIMS: lambda m: msgspec.json.encode(
+    Peer.VOLCANO_VICTIMS: lambda m: msgspec.json.encode(
         volcano.VictimsResponse(status=-1, victims=[])),
-    Protocol.VOLCANO_VOTE: lambda m: msgspec.json.encode(volcano.VoteResponse(status=0)),
+    Peer.VOLCANO_VOTE: lambda m: msgspec.json.encode(volcano.VoteResponse(status=0)),
 }
 
 
@@ -152,13 +152,13 @@ Reply = tuple[int, bytes, bytes]
 """(HTTP status, body, content type)."""
 
 
-def reply_for(error: RaygateError, protocol: Protocol) -> Reply:
+def reply_for(error: RaygateError, peer: Peer) -> Reply:
     message = str(error) or error.reason
     # The schedulers always POST to the right path; a wrong method or path is a human at
     # the door and gets plain HTTP. Everything else answers in the peer's own shape, with
     # 200, since neither scheduler reads a body that comes with another status.
-    if protocol is not Protocol.RAYGATE and not isinstance(error, NotFound | MethodNotAllowed):
-        return 200, _PEER_ERRORS[protocol](f"raygate: {message}"), JSON
+    if peer is not Peer.RAYGATE and not isinstance(error, NotFound | MethodNotAllowed):
+        return 200, _PEER_ERRORS[peer](f"raygate: {message}"), JSON
     synced = error.synced if isinstance(error, RayClusterNotFound) else None
     body = msgspec.json.encode(
         _ErrorReply(_ErrorBody(error.status, error.reason, message, synced)))

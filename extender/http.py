@@ -30,7 +30,7 @@ from extender.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
-    Protocol,
+    Peer,
     RaygateError,
     Reply,
     Unavailable,
@@ -97,7 +97,7 @@ class Route:
     method: bytes
     handler: Callable[[bytes], bytes | Reply]
     """Returns the body of a 200 reply, or a whole ``Reply`` when the status varies."""
-    protocol: Protocol = Protocol.RAYGATE
+    peer: Peer = Peer.RAYGATE
     content_type: bytes = JSON
     discard_body: bool = False
     """Read the body past any size limit and drop it unparsed (Volcano's session hooks
@@ -144,7 +144,7 @@ class AsyncRoute:
 
     method: bytes
     handler: Callable[[Request], Awaitable[Response]]
-    protocol: Protocol = Protocol.RAYGATE
+    peer: Peer = Peer.RAYGATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +210,7 @@ def health_routes(
 def scheduler_routes(scheduler: SchedulerExtender) -> dict[str, Route]:
     """kube-scheduler's extender verbs under ``/scheduler/``."""
     return {
-        "/scheduler/filter": Route(b"POST", scheduler.filter, Protocol.SCHEDULER_FILTER),
+        "/scheduler/filter": Route(b"POST", scheduler.filter, Peer.SCHEDULER_FILTER),
         "/scheduler/prioritize": Route(b"POST", scheduler.prioritize),
         "/scheduler/preempt": Route(b"POST", scheduler.preempt),
     }
@@ -225,13 +225,13 @@ def volcano_routes(
     return {
         "/volcano/onSessionOpen": Route(b"POST", volcano.session, discard_body=True),
         "/volcano/onSessionClose": Route(b"POST", volcano.session, discard_body=True),
-        "/volcano/predicate": Route(b"POST", volcano.predicate, Protocol.VOLCANO_PREDICATE,
+        "/volcano/predicate": Route(b"POST", volcano.predicate, Peer.VOLCANO_PREDICATE,
                                     gate=predicate_gate),
-        "/volcano/prioritize": Route(b"POST", volcano.prioritize, Protocol.VOLCANO_PRIORITIZE),
-        "/volcano/preemptable": Route(b"POST", volcano.victims, Protocol.VOLCANO_VICTIMS),
-        "/volcano/reclaimable": Route(b"POST", volcano.victims, Protocol.VOLCANO_VICTIMS),
+        "/volcano/prioritize": Route(b"POST", volcano.prioritize, Peer.VOLCANO_PRIORITIZE),
+        "/volcano/preemptable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
+        "/volcano/reclaimable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
         "/volcano/jobEnqueueable": Route(b"POST", volcano.job_enqueueable,
-                                         Protocol.VOLCANO_VOTE),
+                                         Peer.VOLCANO_VOTE),
     }
 
 
@@ -286,7 +286,7 @@ class SyncRoutes:
         """The reply to ``exc``: a ``RaygateError`` in the route's protocol, anything else
         a bug — logged with its traceback, and the peer still gets an answer."""
         if isinstance(exc, RaygateError):
-            reply = reply_for(exc, route.protocol if route else Protocol.RAYGATE)
+            reply = reply_for(exc, route.peer if route else Peer.RAYGATE)
             log.warning("%s %s: %s %s", method, path, reply[0], exc)
             if timer is not None:
                 timer.error(exc.reason)
@@ -398,7 +398,7 @@ async def _serve_async(
     except ClientGone:
         return
     except RaygateError as exc:
-        status, body, content_type = reply_for(exc, route.protocol)
+        status, body, content_type = reply_for(exc, route.peer)
         # An API client asking for what does not exist (yet) is routine, not a warning.
         log.log(logging.DEBUG if isinstance(exc, NotFound) else logging.WARNING,
                 "%s %s: %s %s", scope["method"], scope["path"], status, exc)
@@ -432,7 +432,7 @@ async def _shed(gate: Gate, scope: Scope, send: Send,
                     scope["path"], gate.limit, gate.shed)
     error = Unavailable(f"{gate.limit} requests to {scope['path']} are in flight, the "
                         f"limit; retry after {RETRY_AFTER_SECONDS}s")
-    status, body, content_type = reply_for(error, Protocol.RAYGATE)
+    status, body, content_type = reply_for(error, Peer.RAYGATE)
     # The unread body is parsed and dropped by the server as it arrives; the connection
     # stays usable for the next request.
     headers = [*_head(content_type, body), (b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
@@ -441,7 +441,7 @@ async def _shed(gate: Gate, scope: Scope, send: Send,
 
 def _internal(route: Route | AsyncRoute | None) -> Reply:
     error = RaygateError("internal error; see raygate's log")
-    return reply_for(error, route.protocol if route else Protocol.RAYGATE)
+    return reply_for(error, route.peer if route else Peer.RAYGATE)
 
 
 class ClientGone(Exception):

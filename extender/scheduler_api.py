@@ -22,7 +22,7 @@ from extender.wire import DECODE_ERRORS, kube
 from extender.wire import scheduler as wire
 from plugin.classify import gpu_node_reason
 from plugin.model import PodView, Role
-from plugin.placement import Decision, Verdict, decide, filter_names, score
+from plugin.placement import Decision, Placement, decide, filter_names, score
 from plugin.victims import Candidate, select_victims
 
 __all__ = ["SchedulerExtender", "record"]
@@ -118,7 +118,7 @@ def decide_counted(pod: PodView, snap: Snapshot, now: float, verb: str,
     decision = decide(pod, snap, snap.config, now)
     record(metrics, pod, snap, decision)
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.verdict.value,
+        log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.placement.value,
                   decision.rule.value, decision.reason)
     return decision
 
@@ -155,15 +155,16 @@ class SchedulerExtender:
                 wire.FilterResult(node_names=passed, failed_and_unresolvable_nodes=failed))
         if isinstance(args.nodes, wire.NodeListRaw):
             items = args.nodes.items or []
-            if decision.verdict is not Verdict.AVOID_GPU:
+            if not decision.refuses_gpu_nodes:
                 return _encode(wire.FilterResult(nodes=wire.NodeListOut(items=items)))
             kept: list[msgspec.Raw] = []
             failed = {}
             for raw, name, is_gpu in _nodes_from_list(items, snap):
-                if is_gpu:
-                    failed[name] = decision.gpu_node_message
-                else:
+                refusal = decision.refusal(is_gpu)
+                if refusal is None:
                     kept.append(raw)
+                else:
+                    failed[name] = refusal
             if failed:
                 self._filter_metrics.refused[decision.rule].inc(len(failed))
             return _encode(wire.FilterResult(
@@ -176,7 +177,7 @@ class SchedulerExtender:
         pod = self.request_pods.view(args.pod)
         snap = self.cache.snapshot
         decision = self._decide(pod, snap, "prioritize", self._prioritize_metrics)
-        if decision.verdict is Verdict.UNMANAGED:
+        if decision.placement is Placement.UNMANAGED:
             return b"[]"
         names = args.node_names
         if isinstance(names, list):
@@ -203,7 +204,7 @@ class SchedulerExtender:
         unknown = sum(len(c.unknown_uids) for c in candidates)
         if unknown:
             metrics.unknown_victims.inc(unknown)
-        outcomes = select_victims(preemptor, candidates, snap, snap.config)
+        outcomes = select_victims(preemptor, candidates, snap)
         result: dict[str, wire.MetaVictims] = {}
         for outcome in outcomes:
             if outcome.removed or outcome.substituted or outcome.dropped:

@@ -25,7 +25,7 @@ from extender.wire import DECODE_ERRORS, kube
 from extender.wire import volcano as wire
 from plugin.classify import gpu_node_reason
 from plugin.model import PodView
-from plugin.placement import Decision, Verdict, score
+from plugin.placement import Decision, Placement, score
 from plugin.victims import volcano_victims
 
 __all__ = ["VolcanoExtender"]
@@ -115,13 +115,13 @@ class VolcanoExtender:
         snap = self.cache.snapshot
         metrics = self._predicate_metrics
         decision = self._decide(pod, snap, "predicate", metrics)
-        if decision.verdict is not Verdict.AVOID_GPU:
-            return PASS
-        if not self._is_gpu(request.node, snap, "$.node", metrics):
+        if not decision.refuses_gpu_nodes:
+            return PASS  # the node's resources are not even read
+        refusal = decision.refusal(self._is_gpu(request.node, snap, "$.node", metrics))
+        if refusal is None:
             return PASS
         metrics.refused[decision.rule].inc()
-        return _encode(wire.PredicateResponse(
-            status=decision.gpu_node_message, code=UNSCHEDULABLE_AND_UNRESOLVABLE))
+        return _encode(wire.PredicateResponse(status=refusal, code=UNSCHEDULABLE_AND_UNRESOLVABLE))
 
     def prioritize(self, body: bytes) -> bytes:
         request: wire.PrioritizeRequest = _decode(_PRIORITIZE, body, "prioritize")
@@ -129,7 +129,7 @@ class VolcanoExtender:
         snap = self.cache.snapshot
         metrics = self._prioritize_metrics
         decision = self._decide(pod, snap, "prioritize", metrics)
-        if decision.verdict is Verdict.UNMANAGED or not request.nodes:
+        if decision.placement is Placement.UNMANAGED or not request.nodes:
             return EMPTY_SCORES
         scale = snap.config.volcano_score_scale
         scores = {

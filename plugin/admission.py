@@ -62,7 +62,7 @@ __all__ = [
     "PodState",
     "PodStatus",
     "ScaleUp",
-    "Verdict",
+    "SchedulerVerdict",
     "admission_inputs",
     "admission_status",
     "admission_statuses",
@@ -117,7 +117,7 @@ PENDING_STATES = frozenset({
 # --- what the scheduler said ------------------------------------------------------------
 
 
-class Verdict(Enum):
+class SchedulerVerdict(Enum):
     """The scheduler's ``PodScheduled=False`` condition, read for admission."""
 
     NONE = "none"  # no PodScheduled=False condition, or SchedulerError: no verdict
@@ -133,52 +133,52 @@ class Verdict(Enum):
 # nodes are unavailable: ..." with the same per-plugin reasons. A message that names any
 # insufficient resource is CAPACITY even when other nodes failed for other reasons: more
 # capacity of the right kind would place the pod.
-MESSAGE_MARKERS: tuple[tuple[str, Verdict], ...] = (
-    ("Insufficient ", Verdict.CAPACITY),  # NodeResourcesFit, and Volcano's own
-    ("Too many pods", Verdict.CAPACITY),  # NodeResourcesFit: the node's pod count
-    ("didn't have free ports", Verdict.CAPACITY),  # NodePorts: another node would do
+MESSAGE_MARKERS: tuple[tuple[str, SchedulerVerdict], ...] = (
+    ("Insufficient ", SchedulerVerdict.CAPACITY),  # NodeResourcesFit, and Volcano's own
+    ("Too many pods", SchedulerVerdict.CAPACITY),  # NodeResourcesFit: the node's pod count
+    ("didn't have free ports", SchedulerVerdict.CAPACITY),  # NodePorts: another node would do
     # Volcano, pipelined: room is being made by an eviction (reason Unschedulable).
-    ("once resource is released", Verdict.CAPACITY),
-    ("NotEnoughResources", Verdict.CAPACITY),  # Volcano gang condition text, quoted
-    ("didn't match Pod's node affinity/selector", Verdict.CONSTRAINTS),
+    ("once resource is released", SchedulerVerdict.CAPACITY),
+    ("NotEnoughResources", SchedulerVerdict.CAPACITY),  # Volcano gang condition text, quoted
+    ("didn't match Pod's node affinity/selector", SchedulerVerdict.CONSTRAINTS),
     # TaintToleration: "had untolerated taint {k: v}" (1.25+) and "had untolerated
     # taint(s)" (kubernetes#134740, 1.34+) share this prefix ...
-    ("had untolerated taint", Verdict.CONSTRAINTS),
+    ("had untolerated taint", SchedulerVerdict.CONSTRAINTS),
     # ... and <= 1.24 said "node(s) had taint {k: v}, that the pod didn't tolerate".
-    ("that the pod didn't tolerate", Verdict.CONSTRAINTS),
-    ("didn't match pod affinity rules", Verdict.CONSTRAINTS),
-    ("didn't match pod anti-affinity rules", Verdict.CONSTRAINTS),
-    ("didn't satisfy existing pods anti-affinity rules", Verdict.CONSTRAINTS),
-    ("didn't match pod topology spread constraints", Verdict.CONSTRAINTS),
-    ("had volume node affinity conflict", Verdict.CONSTRAINTS),
-    ("didn't match the requested node name", Verdict.CONSTRAINTS),
+    ("that the pod didn't tolerate", SchedulerVerdict.CONSTRAINTS),
+    ("didn't match pod affinity rules", SchedulerVerdict.CONSTRAINTS),
+    ("didn't match pod anti-affinity rules", SchedulerVerdict.CONSTRAINTS),
+    ("didn't satisfy existing pods anti-affinity rules", SchedulerVerdict.CONSTRAINTS),
+    ("didn't match pod topology spread constraints", SchedulerVerdict.CONSTRAINTS),
+    ("had volume node affinity conflict", SchedulerVerdict.CONSTRAINTS),
+    ("didn't match the requested node name", SchedulerVerdict.CONSTRAINTS),
     # Volcano's gang texts: "pod group is not ready, 3 Pending, 3 minAvailable", "2/3 tasks
     # in gang unschedulable: ...", "... once minAvailable is satisfied".
-    ("minAvailable", Verdict.GANG),
-    ("pod group is not ready", Verdict.GANG),
-    ("tasks in gang unschedulable", Verdict.GANG),
+    ("minAvailable", SchedulerVerdict.GANG),
+    ("pod group is not ready", SchedulerVerdict.GANG),
+    ("tasks in gang unschedulable", SchedulerVerdict.GANG),
 )
 
 # "Insufficient nvidia.com/gpu" (a resource name may hold dots, never end with one).
 _INSUFFICIENT = re.compile(r"Insufficient [\w./-]*\w|Too many pods")
 
 
-def classify_verdict(scheduled: Condition | None) -> Verdict:
+def classify_verdict(scheduled: Condition | None) -> SchedulerVerdict:
     """Read a pod's ``PodScheduled`` condition (core/v1 reasons, ecosystem.md §4.2)."""
     if scheduled is None or scheduled.status != "False":
-        return Verdict.NONE
+        return SchedulerVerdict.NONE
     if scheduled.reason == "SchedulingGated":
-        return Verdict.GATED
+        return SchedulerVerdict.GATED
     if scheduled.reason == "Schedulable":
         # Volcano: "Pod ns/x can possibly be assigned to <node>, once minAvailable is
         # satisfied" — allocated, waiting for the rest of the gang.
-        return Verdict.GANG
+        return SchedulerVerdict.GANG
     if scheduled.reason != "Unschedulable":
-        return Verdict.NONE  # SchedulerError or unknown: the scheduler has not said no
+        return SchedulerVerdict.NONE  # SchedulerError or unknown: the scheduler has not said no
     for marker, verdict in MESSAGE_MARKERS:
         if marker in scheduled.message:
             return verdict
-    return Verdict.OTHER
+    return SchedulerVerdict.OTHER
 
 
 # --- the gang ---------------------------------------------------------------------------
@@ -380,7 +380,7 @@ class PodFacts:
     now: float
     disruption: Condition | None  # DisruptionTarget=True
     scheduled: Condition | None  # PodScheduled, any status
-    verdict: Verdict
+    verdict: SchedulerVerdict
 
     @property
     def bound(self) -> bool:
@@ -505,12 +505,12 @@ POD_RULES: tuple[PodRule, ...] = (
         lambda f: f.verdict_since),
     PodRule(
         "insufficient-resources", PodState.WAITING_FOR_CAPACITY,
-        lambda f: f.verdict is Verdict.CAPACITY,
+        lambda f: f.verdict is SchedulerVerdict.CAPACITY,
         _capacity_reason,
         lambda f: f.verdict_since),
     PodRule(
         "constraints", PodState.UNSCHEDULABLE,
-        lambda f: f.verdict is Verdict.CONSTRAINTS,
+        lambda f: f.verdict is SchedulerVerdict.CONSTRAINTS,
         lambda f: f"no node satisfies the pod's constraints; {_scheduler_said(f)}",
         lambda f: f.verdict_since),
     # 4. The gang's verdict, then the gang's admission.
@@ -521,12 +521,12 @@ POD_RULES: tuple[PodRule, ...] = (
         _gang_capacity_since),
     PodRule(
         "gang-waiting-for-members", PodState.WAITING_FOR_GANG_ADMISSION,
-        lambda f: f.verdict is Verdict.GANG,
+        lambda f: f.verdict is SchedulerVerdict.GANG,
         lambda f: f"the scheduler waits for the rest of the gang; {_scheduler_said(f)}",
         lambda f: f.verdict_since),
     PodRule(
         "scheduling-gated", PodState.WAITING_FOR_GANG_ADMISSION,
-        lambda f: f.verdict is Verdict.GATED,
+        lambda f: f.verdict is SchedulerVerdict.GATED,
         lambda f: ("scheduling gates hold it until admission (Kueue's quota gate or "
                    f"another controller's); {_scheduler_said(f)}"),
         lambda f: f.verdict_since),
@@ -538,7 +538,7 @@ POD_RULES: tuple[PodRule, ...] = (
     # 5. A "no" raygate cannot read: the scheduler said it, so it is not Stuck.
     PodRule(
         "unschedulable-other", PodState.UNSCHEDULABLE,
-        lambda f: f.verdict is Verdict.OTHER,
+        lambda f: f.verdict is SchedulerVerdict.OTHER,
         lambda f: f"the scheduler cannot place it; {_scheduler_said(f)}",
         lambda f: f.verdict_since),
     # 6. Nothing explains the wait: give the scheduler its time, then call it stuck.

@@ -141,11 +141,10 @@ def group_roles(
     return {p.uid: (Role.SURPLUS if i < surplus else Role.FLOOR) for i, p in enumerate(live)}
 
 
-def pod_role(pod: PodView, view: ClusterView, config: PolicyConfig) -> RoleVerdict:
+def pod_role(pod: PodView, view: ClusterView) -> RoleVerdict:
     """The Ray role of ``pod``, which may be unknown to the cache (kube-scheduler sends pods
     its watch saw before ours): classified from the pod plus what the cache knows of its
     RayCluster and group."""
-    del config  # the role does not depend on policy settings today; kept for symmetry
     if pod.ray_node_type == "head":
         return RoleVerdict(Role.HEAD, "the head pod is always part of the gang floor")
     key = pod.group_key

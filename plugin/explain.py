@@ -14,7 +14,7 @@ from plugin.admission import admission_status, is_running
 from plugin.classify import gpu_node_reason
 from plugin.config import PolicyConfig
 from plugin.model import ClusterView, NodeView, PodView
-from plugin.placement import Decision, Verdict, decide, score, thrash_guard_until
+from plugin.placement import Decision, Placement, decide, score, thrash_guard_until
 
 __all__ = ["Explanation", "NodeExplanation", "explain"]
 
@@ -61,13 +61,13 @@ def _node(name: str, view_node: NodeView | None, decision: Decision,
     is_gpu = why_gpu is not None
     node_class, class_reason = ("gpu", why_gpu) if why_gpu else (
         "cpu", "no GPU resource allocatable and no GPU label")
-    managed = decision.verdict is not Verdict.UNMANAGED
-    refused = decision.verdict is Verdict.AVOID_GPU and is_gpu
+    managed = decision.placement is not Placement.UNMANAGED
+    refusal = decision.refusal(is_gpu)
     return NodeExplanation(
         name, node_class, class_reason or "",
-        passes=not refused,
-        rule=decision.rule.value if refused else "",
-        reason=decision.gpu_node_message if refused else (
+        passes=refusal is None,
+        rule=decision.rule.value if refusal is not None else "",
+        reason=refusal if refusal is not None else (
             "passes" if managed else f"passes: {decision.reason}"),
         score=score(is_gpu) if managed else None,
     )
@@ -89,7 +89,7 @@ def explain(
     )
     return Explanation(
         pod=pod.ref,
-        verdict=decision.verdict.value,
+        verdict=decision.placement.value,
         rule=decision.rule.value,
         role=decision.role.value if decision.role is not None else "",
         reason=decision.reason,

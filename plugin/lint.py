@@ -99,7 +99,7 @@ class Finding:
     fix: str
 
 
-Rule = Callable[[LintCluster, ClusterFacts | None, PolicyConfig], list[Finding]]
+LintRule = Callable[[LintCluster, ClusterFacts | None, PolicyConfig], list[Finding]]
 
 
 def _group_path(group: GroupSpec, leaf: str = "") -> str:
@@ -306,7 +306,7 @@ def rg010_missing_queue(
     return out
 
 
-RULES: Sequence[Rule] = (
+RULES: Sequence[LintRule] = (
     rg001_floor_from_replicas,
     rg002_multi_host_overflow,
     rg003_autoscaler_not_in_min_resources,

@@ -18,8 +18,8 @@ from plugin.model import ClusterView, PodView, Role
 __all__ = [
     "MAX_SCORE",
     "Decision",
+    "Placement",
     "Rule",
-    "Verdict",
     "decide",
     "filter_names",
     "score",
@@ -30,7 +30,7 @@ MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 MIN_SCORE = 0
 
 
-class Verdict(Enum):
+class Placement(Enum):
     UNMANAGED = "unmanaged"  # not raygate's business: pass every node, no score
     PREFER_CPU = "prefer-cpu"  # GPU nodes pass but score low
     AVOID_GPU = "avoid-gpu"  # GPU nodes fail, unresolvably
@@ -51,13 +51,22 @@ class Rule(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    verdict: Verdict
+    placement: Placement
     rule: Rule
     role: Role | None
     reason: str
     """In words, for logs and ``explain``."""
     gpu_node_message: str = ""
     """The message a rejected GPU node gets: names raygate and the rule."""
+
+    @property
+    def refuses_gpu_nodes(self) -> bool:
+        return self.placement is Placement.AVOID_GPU
+
+    def refusal(self, node_is_gpu: bool) -> str | None:
+        """Why filter fails a node of this class, or None when it passes: filter's one
+        rule, for every protocol (``filter_names`` applies it to many names at once)."""
+        return self.gpu_node_message if node_is_gpu and self.refuses_gpu_nodes else None
 
 
 def thrash_guard_until(pod: PodView, view: ClusterView, config: PolicyConfig) -> float | None:
@@ -74,13 +83,13 @@ def thrash_guard_until(pod: PodView, view: ClusterView, config: PolicyConfig) ->
 def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) -> Decision:
     """How raygate treats ``pod`` on GPU nodes, with the rule and the reason."""
     if not pod.is_ray:
-        return Decision(Verdict.UNMANAGED, Rule.NOT_RAY, None, "not a Ray pod")
+        return Decision(Placement.UNMANAGED, Rule.NOT_RAY, None, "not a Ray pod")
     gpus = gpu_pod_resources(pod, config)
     if gpus:
         return Decision(
-            Verdict.UNMANAGED, Rule.GPU_POD, None, f"requests GPU resources ({', '.join(gpus)})"
+            Placement.UNMANAGED, Rule.GPU_POD, None, f"requests GPU resources ({', '.join(gpus)})"
         )
-    role = pod_role(pod, view, config)
+    role = pod_role(pod, view)
     mode = config.gpu_nodes_for_surplus
     if mode is GpuNodesForSurplus.ALWAYS:
         return _prefer(Rule.POLICY_ALWAYS, role.role, f"{role.reason}; policy lets every "
@@ -111,13 +120,13 @@ def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) ->
 
 def _avoid(rule: Rule, role: Role, reason: str) -> Decision:
     return Decision(
-        Verdict.AVOID_GPU, rule, role, reason,
+        Placement.AVOID_GPU, rule, role, reason,
         gpu_node_message=f"raygate: {rule.value}: GPU node refused to a {reason}",
     )
 
 
 def _prefer(rule: Rule, role: Role, reason: str) -> Decision:
-    return Decision(Verdict.PREFER_CPU, rule, role, reason)
+    return Decision(Placement.PREFER_CPU, rule, role, reason)
 
 
 def score(node_is_gpu: bool) -> int:
@@ -135,7 +144,7 @@ def filter_names(
     knows them, raygate does not yet). On the hot path: C-level filters, no per-node Python
     bytecode, and two passes over the names, not three (at 5,000 names the fresh strings do
     not fit the CPU's cache and every pass reloads them: ~15 % of the request)."""
-    if decision.verdict is not Verdict.AVOID_GPU:
+    if not decision.refuses_gpu_nodes:
         return names, {}
     failed = dict.fromkeys(filter(gpu_nodes.__contains__, names), decision.gpu_node_message)
     if not failed:

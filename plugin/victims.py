@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from plugin.classify import group_floor, group_roles, pod_requests
-from plugin.config import PolicyConfig
 from plugin.model import ANNOTATION_PREEMPTABLE, ClusterView, GroupKey, PodView, Role
 
 __all__ = [
@@ -106,7 +105,6 @@ def select_victims(
     preemptor: PodView,
     candidates: Sequence[Candidate],
     view: ClusterView,
-    config: PolicyConfig,
 ) -> list[NodeOutcome]:
     """Decide, per candidate node, which victims raygate agrees to.
 
@@ -119,7 +117,6 @@ def select_victims(
     Victim lists come out in decreasing priority, as kube-scheduler's SelectCandidate
     reads ``Pods[0]`` as the most important victim.
     """
-    del config  # roles and protection do not depend on settings today
     roles = _Roles(view)
     need = pod_requests(preemptor)
     outcomes = [_one_node(preemptor, need, c, view, roles) for c in candidates]

@@ -99,8 +99,8 @@ class Testbed:
 
     __test__ = False  # not a test class, whatever pytest's collector thinks of the name
 
-    def __init__(self, workdir: Path, *, raygate: bool = True, control_plane_only: bool = False,
-                 watch_cache_sizes: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, raygate: bool = True,
+                 control_plane_only: bool = False) -> None:
         """``control_plane_only``: etcd, kube-apiserver and the CRDs, nothing applied and
         nothing else running (a blank cluster to check manifests against)."""
         self.workdir = workdir
@@ -108,7 +108,6 @@ class Testbed:
         self.logs = workdir / "logs"
         self.ports = Ports()
         self.with_raygate = raygate
-        self.watch_cache_sizes = watch_cache_sizes
         self.processes: dict[str, Process] = {}
         self.pki: Pki | None = None
         self.admin_kubeconfig = workdir / "admin.kubeconfig"
@@ -132,10 +131,6 @@ class Testbed:
     @property
     def raygate_grpc(self) -> str:
         return f"127.0.0.1:{self.ports.raygate_grpc}"
-
-    @property
-    def kube_scheduler_url(self) -> str:
-        return f"https://127.0.0.1:{self.ports.ray_scheduler}"
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -244,8 +239,6 @@ class Testbed:
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             "--profiling=false", "--v=1",
         ]
-        if self.watch_cache_sizes is not None:
-            argv.append(f"--watch-cache-sizes={self.watch_cache_sizes}")
         process = self._run("kube-apiserver", argv)
         context = self.admin_ssl_context()
         wait_for("kube-apiserver /readyz", lambda: urllib.request.urlopen(

@@ -23,7 +23,7 @@ from plugin.admission import (
     PodFacts,
     PodState,
     ScaleUp,
-    Verdict,
+    SchedulerVerdict,
     admission_inputs,
     admission_status,
     admission_statuses,
@@ -75,7 +75,7 @@ def test_rule_names_are_unique_and_the_last_rules_apply_to_everything() -> None:
     assert len({r.name for r in SCALE_UP_RULES}) == len(SCALE_UP_RULES)
     pod = PodView(uid="u", namespace="ray", name="p")
     gang = GangStatus(None, "", True, 0, 0, "")
-    facts = PodFacts(pod, gang, None, CONFIG, T0_EPOCH, None, None, Verdict.NONE)
+    facts = PodFacts(pod, gang, None, CONFIG, T0_EPOCH, None, None, SchedulerVerdict.NONE)
     assert POD_RULES[-1].applies(facts)
     assert SCALE_UP_RULES[-1].decision is ScaleUp.PROCEED
 
@@ -90,47 +90,48 @@ def test_advice_follows_the_issue() -> None:
 
 # --- what the scheduler said --------------------------------------------------------------
 
-VERDICTS: list[tuple[str, str, str, str, Verdict]] = [
+VERDICTS: list[tuple[str, str, str, str, SchedulerVerdict]] = [
     # (case, status, reason, message, verdict)
-    ("no condition", "", "", "", Verdict.NONE),
-    ("scheduled", "True", "", "", Verdict.NONE),
-    ("insufficient cpu", "False", "Unschedulable", sc.INSUFFICIENT_CPU, Verdict.CAPACITY),
+    ("no condition", "", "", "", SchedulerVerdict.NONE),
+    ("scheduled", "True", "", "", SchedulerVerdict.NONE),
+    ("insufficient cpu", "False", "Unschedulable", sc.INSUFFICIENT_CPU, SchedulerVerdict.CAPACITY),
     ("too many pods", "False", "Unschedulable", "0/2 nodes are available: 2 Too many pods.",
-     Verdict.CAPACITY),
-    ("gpu wins over affinity", "False", "Unschedulable", sc.MIXED_GPU, Verdict.CAPACITY),
+     SchedulerVerdict.CAPACITY),
+    ("gpu wins over affinity", "False", "Unschedulable", sc.MIXED_GPU, SchedulerVerdict.CAPACITY),
     ("volcano unavailable", "False", "Unschedulable",
-     "0/4 nodes are unavailable: 4 Insufficient memory.", Verdict.CAPACITY),
-    ("volcano pipelined", "False", "Unschedulable", sc.VOLCANO_PIPELINED, Verdict.CAPACITY),
+     "0/4 nodes are unavailable: 4 Insufficient memory.", SchedulerVerdict.CAPACITY),
+    ("volcano pipelined", "False", "Unschedulable", sc.VOLCANO_PIPELINED,
+     SchedulerVerdict.CAPACITY),
     ("host ports", "False", "Unschedulable",
      "0/3 nodes are available: 3 node(s) didn't have free ports for the requested pod ports.",
-     Verdict.CAPACITY),
-    ("affinity", "False", "Unschedulable", sc.AFFINITY, Verdict.CONSTRAINTS),
-    ("taint <= 1.24", "False", "Unschedulable", sc.TAINT_OLD, Verdict.CONSTRAINTS),
-    ("taint keyed", "False", "Unschedulable", sc.TAINT_KEYED, Verdict.CONSTRAINTS),
-    ("taint(s) 1.34", "False", "Unschedulable", sc.TAINT_GENERIC, Verdict.CONSTRAINTS),
+     SchedulerVerdict.CAPACITY),
+    ("affinity", "False", "Unschedulable", sc.AFFINITY, SchedulerVerdict.CONSTRAINTS),
+    ("taint <= 1.24", "False", "Unschedulable", sc.TAINT_OLD, SchedulerVerdict.CONSTRAINTS),
+    ("taint keyed", "False", "Unschedulable", sc.TAINT_KEYED, SchedulerVerdict.CONSTRAINTS),
+    ("taint(s) 1.34", "False", "Unschedulable", sc.TAINT_GENERIC, SchedulerVerdict.CONSTRAINTS),
     ("anti-affinity", "False", "Unschedulable",
      "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.",
-     Verdict.CONSTRAINTS),
+     SchedulerVerdict.CONSTRAINTS),
     ("topology spread", "False", "Unschedulable",
      "0/3 nodes are available: 3 node(s) didn't match pod topology spread constraints.",
-     Verdict.CONSTRAINTS),
+     SchedulerVerdict.CONSTRAINTS),
     ("volcano hypernode affinity", "False", "Unschedulable",
      "In hyperNode s0: 0/3 nodes are unavailable: 3 node(s) didn't match Pod's node "
-     "affinity/selector.", Verdict.CONSTRAINTS),
-    ("volcano gang", "False", "Unschedulable", sc.VOLCANO_GANG, Verdict.GANG),
-    ("volcano allocated", "False", "Schedulable", sc.VOLCANO_ALLOCATED, Verdict.GANG),
+     "affinity/selector.", SchedulerVerdict.CONSTRAINTS),
+    ("volcano gang", "False", "Unschedulable", sc.VOLCANO_GANG, SchedulerVerdict.GANG),
+    ("volcano allocated", "False", "Schedulable", sc.VOLCANO_ALLOCATED, SchedulerVerdict.GANG),
     ("gated", "False", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling "
-     "gates", Verdict.GATED),
-    ("cordoned", "False", "Unschedulable", sc.CORDONED, Verdict.OTHER),
-    ("no message", "False", "Unschedulable", "", Verdict.OTHER),
-    ("scheduler error", "False", "SchedulerError", "binding rejected", Verdict.NONE),
+     "gates", SchedulerVerdict.GATED),
+    ("cordoned", "False", "Unschedulable", sc.CORDONED, SchedulerVerdict.OTHER),
+    ("no message", "False", "Unschedulable", "", SchedulerVerdict.OTHER),
+    ("scheduler error", "False", "SchedulerError", "binding rejected", SchedulerVerdict.NONE),
 ]
 
 
 @pytest.mark.parametrize(("case", "status", "reason", "message", "verdict"), VERDICTS,
                          ids=[v[0] for v in VERDICTS])
 def test_classify_verdict(case: str, status: str, reason: str, message: str,
-                          verdict: Verdict) -> None:
+                          verdict: SchedulerVerdict) -> None:
     cond = Condition("PodScheduled", status, reason, message) if status else None
     assert classify_verdict(cond) is verdict, case
 
@@ -402,7 +403,7 @@ def pod_facts(draw: st.DrawFn) -> PodFacts:
 @given(pod_facts())
 def test_rule_order_holds(facts: PodFacts) -> None:
     status, until = derive_pod(facts)
-    unexplained = facts.verdict in (Verdict.NONE, Verdict.OTHER)
+    unexplained = facts.verdict in (SchedulerVerdict.NONE, SchedulerVerdict.OTHER)
     if facts.disruption is not None:
         assert status.state in (PodState.PREEMPTED, PodState.EVICTED)
     elif (not facts.bound and not facts.gang.admitted and unexplained
@@ -410,7 +411,7 @@ def test_rule_order_holds(facts: PodFacts) -> None:
         # However long it waited: the gang explains the wait.
         assert status.state is PodState.WAITING_FOR_GANG_ADMISSION
     if status.state is PodState.STUCK:
-        assert facts.bound or (facts.gang.admitted and facts.verdict is Verdict.NONE
+        assert facts.bound or (facts.gang.admitted and facts.verdict is SchedulerVerdict.NONE
                                and not facts.pod.nominated_node_name
                                and facts.gang_capacity is None)
     if until is not None:

@@ -207,7 +207,7 @@ def bodies(seeds: list[Any]) -> st.SearchStrategy[bytes]:
 
 
 def _error_body(status: int, body: Any) -> None:
-    """raygate's own error shape (``extender.errors.reply_for``, Protocol.RAYGATE)."""
+    """raygate's own error shape (``extender.errors.reply_for``, Peer.RAYGATE)."""
     error = body["error"]
     assert error["code"] == status and isinstance(error["reason"], str)
     assert isinstance(error["message"], str) and error["message"]

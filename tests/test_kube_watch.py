@@ -25,7 +25,7 @@ from extender.kube.watch import (
     Gone,
     KindWatcher,
     ListPage,
-    NotFound,
+    NotServed,
     TransportError,
     WatchLine,
     WatchSettings,
@@ -181,7 +181,7 @@ def test_a_dropped_watch_resumes_from_the_last_version_without_listing() -> None
     # One backoff after the broken stream, none after the clean end; the script's end
     # is the last one.
     assert 0.8 <= run.delays[0] < 1.6 and len(run.delays) == 2
-    assert run.watcher.status.bookmarks == 1
+    assert run.watcher.status.events["BOOKMARK"] == 1
 
 
 def test_an_error_event_of_410_lists_again_and_drops_what_is_gone() -> None:
@@ -318,7 +318,7 @@ def test_a_crd_deleted_while_watched_empties_its_kind() -> None:
     run.transport.discovery = {"kueue.x-k8s.io/v1beta2": [frozenset({"workloads"}), None],
                                "kueue.x-k8s.io/v1beta1": [None]}
     run.transport.lists = [ListPage([workload("wl-1", 5)], "10")]
-    run.transport.watches = [NotFound(404, "NotFound", "the server could not find it")]
+    run.transport.watches = [NotServed(404, "NotFound", "the server could not find it")]
     run()
     assert run.writer.current().objects.workloads == ()
     assert run.delays[:2] == [5.0, 5.0]  # looked up again, still absent

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from extender import convert
 from extender.wire import kube
 from plugin.classify import group_floor
-from plugin.config import PolicyConfig
 from plugin.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView
 from plugin.victims import Candidate, select_victims
 from tests.builders import Obj, make_node, make_pod, make_raycluster, uid_for
@@ -236,7 +235,7 @@ def test_victims_never_take_a_group_below_its_floor(
     for node, uids in proposed.items():
         known = tuple(p for u in uids if (p := snap.pod(u)) is not None)
         candidates.append(Candidate(node, known))
-    outcomes = select_victims(preemptor, candidates, snap, PolicyConfig())
+    outcomes = select_victims(preemptor, candidates, snap)
     cluster = snap.raycluster("ray", "rc")
     assert cluster is not None
     evicted: set[str] = set()

@@ -118,6 +118,10 @@ def served_cert(server: ServerThread, context: ssl.SSLContext) -> bytes:
     return cert
 
 
+# The server answered over the handshake (NOT_SERVING while its cache is not ready).
+ANSWERED = (health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
 def grpc_health(server: ServerThread, credentials: grpc.ChannelCredentials) -> int:
     """The gRPC health status over a new channel; raises grpc.RpcError when refused."""
     with grpc.secure_channel(server.grpc_target, credentials) as channel:
@@ -164,8 +168,7 @@ def reloads(server: ServerThread, result: str, trust: ssl.SSLContext | None = No
 def test_https_and_grpc_serve_tls(pki: Pki, tls_server: ServerThread) -> None:
     assert https_ok(tls_server, pki.client_context())
     assert served_cert(tls_server, pki.client_context()) == der(pki.served)
-    assert grpc_health(tls_server, pki.grpc_credentials()) in (
-        health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert grpc_health(tls_server, pki.grpc_credentials()) in ANSWERED
     # Plain text is not served on either port any more.
     with pytest.raises(httpx.TransportError), \
             httpx.Client(timeout=10) as plain:
@@ -221,7 +224,7 @@ def test_a_rotated_certificate_is_used_by_new_connections(
         pki.write(rotated)
         wait_until(lambda: https_ok(mtls_server, new_trust), "the rotated cert on HTTPS")
         assert served_cert(mtls_server, new_trust) == der(rotated)
-        assert grpc_health(mtls_server, pki.grpc_credentials(ca=new_ca, cert=client)) >= 0
+        assert grpc_health(mtls_server, pki.grpc_credentials(ca=new_ca, cert=client)) in ANSWERED
         assert not https_ok(mtls_server, old_trust)
         assert grpc_refused(mtls_server, pki.grpc_credentials(cert=client))
         # The connection made before the rotation keeps its session.
@@ -247,7 +250,7 @@ def test_bad_new_files_keep_the_old_certificate(
     spoil(pki)
     wait_until(lambda: reloads(tls_server, "failed") == 1, f"the failed reload ({name})")
     assert served_cert(tls_server, trust) == der(pki.served)
-    assert grpc_health(tls_server, pki.grpc_credentials()) >= 0
+    assert grpc_health(tls_server, pki.grpc_credentials()) in ANSWERED
     # Good files again: picked up.
     fixed = pki.issue()
     pki.write(fixed)

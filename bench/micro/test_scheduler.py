@@ -16,7 +16,7 @@ from bench.scenarios import MICRO
 from extender import convert
 from extender.wire import kube
 from extender.wire import scheduler as wire
-from plugin.placement import Verdict, decide, filter_names
+from plugin.placement import Placement, decide, filter_names
 
 SHAPES = [f"names-{n}" for n in MICRO.names] + [f"nodelist-{n}" for n in MICRO.nodelist]
 
@@ -49,13 +49,13 @@ def test_pod_view(benchmark: Benchmark, cluster: Cluster) -> None:
 
 @pytest.mark.parametrize("pod", ["floor", "overflow"])
 def test_policy_decision(benchmark: Benchmark, cluster: Cluster, pod: str) -> None:
-    """``decide`` alone: the pod's role from the cache, the verdict and the message."""
+    """``decide`` alone: the pod's role from the cache, the placement and the message."""
     obj = cluster.floor_pod if pod == "floor" else cluster.overflow_pod
     view = convert.pod_view(msgspec.convert(obj, kube.Pod))
     snap = cluster.snapshot
     decision = benchmark(decide, view, snap, snap.config, NOW)
-    want = Verdict.AVOID_GPU if pod == "floor" else Verdict.PREFER_CPU
-    assert decision.verdict is want
+    want = Placement.AVOID_GPU if pod == "floor" else Placement.PREFER_CPU
+    assert decision.placement is want
 
 
 @pytest.mark.parametrize("count", MICRO.names)

@@ -35,7 +35,7 @@ from extender.kube.resources import Served
 from extender.kube.watch import (
     ERROR,
     ListPage,
-    NotFound,
+    NotServed,
     TransportError,
     WatchLine,
     WatchSettings,
@@ -358,7 +358,7 @@ class KubeTransport:
         path = f"/apis/{group_version}"
         try:
             response = self._get(path, [], (self.request_timeout, self.request_timeout))
-        except NotFound:
+        except NotServed:
             # A group/version no CRD (or aggregated API) serves is not in discovery: 404.
             return None
         try:

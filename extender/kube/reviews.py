@@ -21,7 +21,7 @@ __all__ = [
     "GROUP",
     "RESOURCE",
     "Access",
-    "Decision",
+    "AccessDecision",
     "KubeReviewer",
     "ReviewUnavailable",
     "Reviewer",
@@ -86,7 +86,7 @@ class Access:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class AccessDecision:
     allowed: bool
     reason: str = ""
     """The authorizer's reason, for raygate's log only (it may describe RBAC bindings)."""
@@ -105,7 +105,7 @@ class Reviewer(Protocol):
         ``audiences``, when it is not valid for any of them)."""
         ...
 
-    def review_access(self, user: User, access: Access) -> Decision: ...
+    def review_access(self, user: User, access: Access) -> AccessDecision: ...
 
     def close(self) -> None: ...
 
@@ -223,7 +223,7 @@ class KubeReviewer:
         return User(info.username, info.uid, tuple(info.groups or ()),
                     tuple(sorted((k, tuple(v)) for k, v in (info.extra or {}).items())))
 
-    def review_access(self, user: User, access: Access) -> Decision:
+    def review_access(self, user: User, access: Access) -> AccessDecision:
         review = _AccessReview(_AccessReviewSpec(
             _ResourceAttributes(access.verb, GROUP, RESOURCE, access.namespace, access.name),
             user=user.name, uid=user.uid, groups=list(user.groups),
@@ -234,7 +234,7 @@ class KubeReviewer:
             log.debug("SubjectAccessReview for %s: evaluation error: %s", user.name,
                       status.evaluation_error)
         # allowed=false with denied=false is "no opinion": not allowed either.
-        return Decision(status.allowed and not status.denied, status.reason)
+        return AccessDecision(status.allowed and not status.denied, status.reason)
 
     def _create(self, path: str, review: msgspec.Struct,
                 decoder: msgspec.json.Decoder[_Reply]) -> _Reply:

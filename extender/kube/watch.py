@@ -39,7 +39,7 @@ __all__ = [
     "Gone",
     "KindWatcher",
     "ListPage",
-    "NotFound",
+    "NotServed",
     "Sink",
     "Transport",
     "TransportError",
@@ -75,7 +75,7 @@ class Gone(ApiError):
     server's history."""
 
 
-class NotFound(ApiError):
+class NotServed(ApiError):
     """404: the resource is not served (a custom resource whose CRD is not installed)."""
 
 
@@ -83,7 +83,7 @@ def api_error(code: int, reason: str = "", message: str = "") -> ApiError:
     if code == 410:
         return Gone(code, reason, message)
     if code == 404:
-        return NotFound(code, reason, message)
+        return NotServed(code, reason, message)
     return ApiError(code, reason, message)
 
 
@@ -200,7 +200,7 @@ class WatchStream(Protocol):
 
 class Transport(Protocol):
     """The API server, as the driver needs it. Errors: ``ApiError`` (and its ``Gone`` and
-    ``NotFound``) for an answered error, ``TransportError`` for no answer."""
+    ``NotServed``) for an answered error, ``TransportError`` for no answer."""
 
     def discover(self, group_version: str) -> frozenset[str] | None:
         """The resource names (plurals) a group/version serves; None if it serves none."""
@@ -353,7 +353,7 @@ class KindWatcher:
                 # LIST tells what happened meanwhile.
                 log.info("%s: %s; listing again", self.kind, exc)
                 relist = True
-            except NotFound as exc:
+            except NotServed as exc:
                 if self.resource.crd:
                     # The CRD was deleted: its objects went with it.
                     log.info("%s: %s is no longer served (%s)", self.kind, served, exc)
@@ -460,7 +460,6 @@ class KindWatcher:
         elif type_ == BOOKMARK:
             # A BOOKMARK carries only metadata.resourceVersion: every change up to it has
             # been sent, so a watch can resume from it.
-            self.status.bookmarks += 1
             if line.obj is not None and line.obj.metadata.resource_version:
                 self.resource_version = line.obj.metadata.resource_version
         elif type_ == ERROR:

@@ -130,22 +130,22 @@ class AdmissionAwareKubeRayProvider(KubeRayProvider):  # type: ignore[misc]  # R
         self._hold_errors = []
         return errors
 
-    def verdict(self, pod: str, timeout_s: float) -> Verdict:
+    def verdict(self, pod: str, timeout_s: float) -> Ruling:
         """What to do with the ALLOCATED (pending) worker ``pod`` in this loop."""
         advice = None if self.advice is None else self.advice.pods.get(pod)
         if advice is not None and advice.action == KEEP:
-            return Verdict(KEEP, f"{advice.state}: {advice.reason}")
+            return Ruling(KEEP, f"{advice.state}: {advice.reason}")
         if advice is not None and advice.action == REPLACE:
-            return Verdict(REPLACE, f"{advice.state}: {advice.reason}")
+            return Ruling(REPLACE, f"{advice.state}: {advice.reason}")
         kept_at = self._kept_at.get(pod)
         if kept_at is not None and self._clock() - kept_at <= timeout_s:
-            return Verdict(KEEP, "raygate advised to keep it, and the stock timeout "
+            return Ruling(KEEP, "raygate advised to keep it, and the stock timeout "
                                  f"({timeout_s:g} s) counts from then")
-        return Verdict(None, "no advice from raygate: stock timeout")
+        return Ruling(None, "no advice from raygate: stock timeout")
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Ruling:
     action: str | None
     """``keep``, ``replace``, or None: the stock rule."""
     reason: str
