@@ -2,8 +2,7 @@
 FROM python:3.11.7-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY plugin ./plugin
-COPY extender ./extender
+COPY raygate ./raygate
 RUN python -m pip install --no-cache-dir --upgrade pip \
  && python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -47,10 +47,10 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(BIN)/mypy
 
-proto: $(STAMP)  ## regenerate extender/proto/ from protos/ (commit the result)
+proto: $(STAMP)  ## regenerate raygate/extender/proto/ from protos/ (commit the result)
 	$(BIN)/python protos/generate.py
 
-proto-check: $(STAMP)  ## fail if extender/proto/ is not what protos/ generates
+proto-check: $(STAMP)  ## fail if raygate/extender/proto/ is not what protos/ generates
 	$(BIN)/python protos/generate.py --check
 
 BENCH_STAMP := $(VENV)/.installed-bench

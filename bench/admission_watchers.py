@@ -125,12 +125,12 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     import msgspec
     import uvloop
 
-    from extender import convert
-    from extender.cache import ClusterCache, Snapshot
-    from extender.server import RaygateServer, bind_socket
-    from extender.snapshot_files import load_text
-    from extender.wire import kube
-    from plugin.config import PolicyConfig
+    from raygate.extender import convert
+    from raygate.extender.cache import ClusterCache, Snapshot
+    from raygate.extender.server import RaygateServer, bind_socket
+    from raygate.extender.snapshot_files import load_text
+    from raygate.extender.wire import kube
+    from raygate.plugin.config import PolicyConfig
 
     _pin(0)
     logging.basicConfig(level=logging.WARNING)
@@ -185,7 +185,7 @@ class _Tally:
 
 
 async def _grpc_watch(channel: Any, cluster: str, tally: _Tally) -> None:
-    from extender.proto.raygate.v1 import admission_pb2 as pb
+    from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
 
     # Raw bytes, not parsed messages: the watchers share a CPU with the load, and should
     # take as little of it as a Go client would. One cluster: ADDED, SYNCED, then only

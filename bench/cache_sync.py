@@ -324,12 +324,12 @@ def _raygate_main(conn: Connection, kubeconfig: str, admission: bool,
                   publish_interval: float | None) -> None:
     import uvloop
 
-    from extender.cache import ClusterCache
-    from extender.kube.client import KubeTransport, load_connection
-    from extender.kube.source import LiveSource
-    from extender.kube.watch import WatchSettings
-    from extender.server import RaygateServer, bind_socket
-    from plugin.config import PolicyConfig
+    from raygate.extender.cache import ClusterCache
+    from raygate.extender.kube.client import KubeTransport, load_connection
+    from raygate.extender.kube.source import LiveSource
+    from raygate.extender.kube.watch import WatchSettings
+    from raygate.extender.server import RaygateServer, bind_socket
+    from raygate.plugin.config import PolicyConfig
 
     logging.basicConfig(level=logging.WARNING, format="raygate: %(message)s")
     logging.getLogger("raygate.kube").setLevel(logging.INFO)
@@ -468,10 +468,10 @@ def _measure(port: int, body: bytes, until: Callable[[], bool], *, at_least: int
 def _decode_convert_cost(cluster: Cluster, samples: int = 3000) -> float:
     """Microseconds to decode one pod watch event and build its view (the watcher's share
     of an event, done before the writer sees it)."""
-    from extender import convert
-    from extender.kube.client import _Decoders, decode_line
-    from extender.wire import kube
-    from plugin.quantity import parse_milli
+    from raygate.extender import convert
+    from raygate.extender.kube.client import _Decoders, decode_line
+    from raygate.extender.wire import kube
+    from raygate.plugin.quantity import parse_milli
 
     decoders = _Decoders(kube.Pod)
     lines = [b'{"type":"MODIFIED","object":%s}' % cluster.render(cluster.pods[i * 37 % len(

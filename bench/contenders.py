@@ -143,7 +143,7 @@ class Server:
     @classmethod
     def raygate(cls, snapshot: Path, workdir: Path, cpus: str | None) -> Server:
         port, grpc_port = free_port(), free_port()
-        argv = [sys.executable, "-m", "extender", "serve", "--snapshot", str(snapshot),
+        argv = [sys.executable, "-m", "raygate", "serve", "--snapshot", str(snapshot),
                 "--http-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:{grpc_port}",
                 "--log-level", "info"]
         return cls("raygate", argv, port, ready_path="/readyz", log=workdir / "raygate.log",

@@ -29,10 +29,10 @@ from bench.payloads import (
     request_node_names,
 )
 from bench.scenarios import CLUSTER_NODES
-from extender.cache import ClusterCache, Snapshot
-from extender.scheduler_api import SchedulerExtender
-from extender.snapshot_files import load_text
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.snapshot_files import load_text
+from raygate.plugin.config import PolicyConfig
 
 __all__ = ["main", "profile_calls"]
 

@@ -7,7 +7,7 @@ Processes, on loopback only:
   (500 nodes, 5,000 pods, 10 RayClusters of 100 pods by default), writing pod updates at
   ``--events-per-second`` (readiness flips, as probes do) and cutting every open watch
   every ``--drop-every`` seconds, as a network failure would;
-* raygate, as operators run it: ``python -m extender serve --kubeconfig ...``;
+* raygate, as operators run it: ``python -m raygate serve --kubeconfig ...``;
 * ``--clients`` client processes, each on its own keep-alive connection, sending
   kube-scheduler filter / prioritize / preempt and admission-status gets at
   ``--rate`` requests a second; one more process holds admission long-polls.
@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     port = _free_port()
     log = (workdir / "raygate.log").open("wb")
     raygate = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "raygate", "serve", "--kubeconfig", str(kubeconfig),
          "--http-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:0",
          "--log-level", "warning", "--log-format", "text"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass, field
 
 from e2e.scenario import PodHistory, wait_until
-from extender.client import connect
-from extender.errors import RaygateError
-from extender.wire.admission_status import AdmissionStatus
+from raygate.client import connect
+from raygate.extender.errors import RaygateError
+from raygate.extender.wire.admission_status import AdmissionStatus
 
 __all__ = ["RUNNING_OR_GONE", "AdmissionRecorder", "Transition"]
 

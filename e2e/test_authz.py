@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from extender.client import connect
-from extender.errors import Forbidden, Unauthorized
+from raygate.client import connect
+from raygate.extender.errors import Forbidden, Unauthorized
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

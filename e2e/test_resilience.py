@@ -19,7 +19,7 @@ import pytest
 from e2e import report
 from e2e.objects import node, raycluster, tolerating_gpu_groups
 from e2e.scenario import Scenario, wait_until
-from extender.client import connect
+from raygate.client import connect
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

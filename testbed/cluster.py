@@ -387,7 +387,7 @@ class Testbed:
         config.write_text(configmap["data"]["raygate.yaml"])
         kubeconfig = self.service_account_kubeconfig("raygate")
         process = self._run("raygate", [
-            sys.executable, "-m", "extender", "serve", f"--kubeconfig={kubeconfig}",
+            sys.executable, "-m", "raygate", "serve", f"--kubeconfig={kubeconfig}",
             f"--config={config}", f"--http-addr=127.0.0.1:{self.ports.raygate_http}",
             f"--grpc-addr=127.0.0.1:{self.ports.raygate_grpc}", "--authz=on",
             # The Deployment waits 5 s for endpoints controllers; there are none here.

@@ -15,11 +15,11 @@ import httpx
 import pytest
 import uvloop
 
-from extender.cache import ClusterCache, Snapshot
-from extender.scheduler_api import SchedulerExtender
-from extender.server import RaygateServer, bind_socket
-from extender.snapshot_files import demo_text, load_text
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.server import RaygateServer, bind_socket
+from raygate.extender.snapshot_files import demo_text, load_text
+from raygate.plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, Obj, object_list
 
 

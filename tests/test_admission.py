@@ -1,4 +1,4 @@
-"""The admission-status derivation (``plugin.admission``): the rule table, each state,
+"""The admission-status derivation (``raygate.plugin.admission``): the rule table, each state,
 each piece of advice, the gang sources, the groups, and time."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.proto.raygate.v1 import admission_pb2 as pb
-from plugin.admission import (
+from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
+from raygate.plugin.admission import (
     POD_ADVICE,
     POD_RULES,
     SCALE_UP_RULES,
@@ -30,8 +30,8 @@ from plugin.admission import (
     classify_verdict,
     derive_pod,
 )
-from plugin.config import ConfigError, PolicyConfig, policy_config_from_mapping
-from plugin.model import Condition, PodView
+from raygate.plugin.config import ConfigError, PolicyConfig, policy_config_from_mapping
+from raygate.plugin.model import Condition, PodView
 from tests import admission_scenarios as sc
 from tests.builders import T0_EPOCH, Obj, make_pod, make_raycluster
 from tests.conftest import snapshot_of

@@ -14,13 +14,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from extender.cache import ClusterCache
-from extender.client import GrpcAdmissionClient, HttpAdmissionClient
-from extender.errors import BadRequest, RayClusterNotFound, Unavailable
-from extender.proto.raygate.v1 import admission_pb2 as pb
-from extender.proto.raygate.v1 import admission_pb2_grpc
-from extender.wire.admission_status import WatchEvent, from_proto, to_proto
-from plugin.config import PolicyConfig
+from raygate.client import GrpcAdmissionClient, HttpAdmissionClient
+from raygate.extender.cache import ClusterCache
+from raygate.extender.errors import BadRequest, RayClusterNotFound, Unavailable
+from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
+from raygate.extender.proto.raygate.v1 import admission_pb2_grpc
+from raygate.extender.wire.admission_status import WatchEvent, from_proto, to_proto
+from raygate.plugin.config import PolicyConfig
 from tests import admission_scenarios as sc
 from tests.builders import make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread

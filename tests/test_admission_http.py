@@ -20,17 +20,17 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from extender.cache import ClusterCache
-from extender.client import HttpAdmissionClient
-from extender.errors import RayClusterNotFound
-from plugin.admission import PodState
-from plugin.config import PolicyConfig
+from raygate.client import HttpAdmissionClient
+from raygate.extender.cache import ClusterCache
+from raygate.extender.errors import RayClusterNotFound
+from raygate.plugin.admission import PodState
+from raygate.plugin.config import PolicyConfig
 from tests import admission_scenarios as sc
 from tests.builders import T0_EPOCH, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-OPENAPI = json.loads((ROOT / "extender" / "openapi.json").read_text())
+OPENAPI = json.loads((ROOT / "raygate" / "extender" / "openapi.json").read_text())
 _REGISTRY = Registry().with_resource(
     "urn:raygate:openapi", Resource.from_contents(OPENAPI, default_specification=DRAFT202012))
 WAIT = 10.0
@@ -389,8 +389,8 @@ DEMO_NOW = T0_EPOCH + 86_400  # any time after the demo's events: no preemption 
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[ServerThread]:
-    from extender.cache import Snapshot
-    from extender.snapshot_files import demo_text, load_text
+    from raygate.extender.cache import Snapshot
+    from raygate.extender.snapshot_files import demo_text, load_text
 
     cache = ClusterCache(PolicyConfig(), "demo cluster")
     cache.publish(Snapshot(load_text(demo_text(), "demo"), PolicyConfig()))
@@ -414,7 +414,7 @@ def test_readme_curl_example_is_what_the_demo_answers(demo: ServerThread) -> Non
 
 def test_readme_grpc_example_is_what_the_demo_answers(
         demo: ServerThread, capsys: pytest.CaptureFixture[str]) -> None:
-    from extender.client import main
+    from raygate.client import main
 
     assert main([f"grpc://127.0.0.1:{demo.server.grpc_port}", "get", "ray", "queued"]) == 0
     live = json.loads(capsys.readouterr().out)
@@ -432,7 +432,7 @@ def test_readme_grpc_example_is_what_the_demo_answers(
 def _request_position(count: int) -> int:
     """Where a request that arrives as the first of ``count`` waiters wakes up runs among
     them, in the order the loop ran them."""
-    from extender.admission_api import AdmissionService
+    from raygate.extender.admission_api import AdmissionService
     from tests.conftest import snapshot_of
 
     cache = ClusterCache(PolicyConfig(), "test")
@@ -468,7 +468,7 @@ def _request_position(count: int) -> int:
 def test_a_change_wakes_many_waiters_a_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A request that arrives while a change wakes many waiters runs after a batch or two,
     not after all of them."""
-    from extender import admission_api
+    from raygate.extender import admission_api
 
     count = 8 * admission_api.WAKE_BATCH
     assert _request_position(count) <= 3 * admission_api.WAKE_BATCH
@@ -481,8 +481,8 @@ def test_a_rebuild_of_many_clusters_lets_requests_through(
     """After a publish, statuses are derived a chunk of clusters per turn of the loop: a
     request queued meanwhile runs before the rebuild ends; one that reads the status
     finishes the rebuild itself and sees the new snapshot."""
-    from extender import admission_api
-    from extender.admission_api import AdmissionService
+    from raygate.extender import admission_api
+    from raygate.extender.admission_api import AdmissionService
     from tests.conftest import snapshot_of
 
     def clusters(phase: str) -> list[Any]:

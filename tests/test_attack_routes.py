@@ -6,7 +6,7 @@ strings, nulls, truncated or spliced bytes — plus random methods, path paramet
 strings and headers.
 
 Invariants, per request: the server answers (no connection reset, no 5xx), with a status
-the route's protocol allows and a body in that protocol's shape (``extender.errors``:
+the route's protocol allows and a body in that protocol's shape (``raygate.extender.errors``:
 kube-scheduler's filter and every Volcano verb answer 200 with their own error field or
 vote; prioritize, preempt and raygate's own API answer 400 with a JSON error); and after
 each example the golden requests still get their golden replies byte for byte (nothing
@@ -35,11 +35,11 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.cache import ClusterCache, Snapshot
-from extender.server import WebhookListener, bind_socket
-from extender.snapshot_files import demo_text, load_text
-from extender.webhook import MARKER
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.server import WebhookListener, bind_socket
+from raygate.extender.snapshot_files import demo_text, load_text
+from raygate.extender.webhook import MARKER
+from raygate.plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, make_pod
 from tests.conftest import FakeClock, ServerThread, start_demo_server
 
@@ -207,7 +207,7 @@ def bodies(seeds: list[Any]) -> st.SearchStrategy[bytes]:
 
 
 def _error_body(status: int, body: Any) -> None:
-    """raygate's own error shape (``extender.errors.reply_for``, Peer.RAYGATE)."""
+    """raygate's own error shape (``raygate.extender.errors.reply_for``, Peer.RAYGATE)."""
     error = body["error"]
     assert error["code"] == status and isinstance(error["reason"], str)
     assert isinstance(error["message"], str) and error["message"]

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.cache import ClusterCache
-from extender.http import API_MAX_BODY
-from extender.settings import ServeSettings
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache
+from raygate.extender.http import API_MAX_BODY
+from raygate.extender.settings import ServeSettings
+from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, post_json
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.admission_api import AdmissionService
-from extender.cache import (
+from raygate.extender.admission_api import AdmissionService
+from raygate.extender.cache import (
     NODE,
     POD,
     Changes,
@@ -19,10 +19,10 @@ from extender.cache import (
     View,
     key_of,
 )
-from extender.kube.source import CacheWriter
-from plugin.admission import admission_statuses
-from plugin.config import PolicyConfig
-from plugin.model import (
+from raygate.extender.kube.source import CacheWriter
+from raygate.plugin.admission import admission_statuses
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import (
     GroupKey,
     NodeView,
     OwnerRef,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.cache import (
+from raygate.extender.cache import (
     NODE,
     POD,
     PODGROUP,
@@ -20,8 +20,8 @@ from extender.cache import (
     View,
     key_of,
 )
-from plugin.config import PolicyConfig
-from plugin.model import (
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import (
     Condition,
     GroupKey,
     NodeView,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from extender.check import load_manifests, run_check
-from extender.cli import main
-from plugin.config import PolicyConfig
-from plugin.lint import RULES, ClusterFacts, Severity, lint
+from raygate.extender.check import load_manifests, run_check
+from raygate.extender.cli import main
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.lint import RULES, ClusterFacts, Severity, lint
 from tests.builders import Obj, make_raycluster
 
 ROOT = Path(__file__).resolve().parent.parent

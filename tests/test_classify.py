@@ -3,17 +3,17 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from extender import convert
-from extender.wire import kube
-from plugin.classify import (
+from raygate.extender import convert
+from raygate.extender.wire import kube
+from raygate.plugin.classify import (
     gpu_node_reason,
     gpu_pod_resources,
     group_floor,
     group_roles,
     pod_requests,
 )
-from plugin.config import PolicyConfig
-from plugin.model import NodeView, PodView, Role
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import NodeView, PodView, Role
 from tests.builders import Obj, make_node, make_pod, make_raycluster
 from tests.conftest import snapshot_of
 

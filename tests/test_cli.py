@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from extender.cli import _flags, _parser, main
+from raygate.extender.cli import _flags, _parser, main
 from tests.builders import make_pod
 
 
@@ -39,7 +39,7 @@ def serve(*args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """`raygate serve ARGS` in a process of its own, up and answering; SIGTERM after."""
     http, grpc_port = _free_port(), _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", *args,
+        [sys.executable, "-m", "raygate", "serve", *args,
          "--http-addr", f"127.0.0.1:{http}", "--grpc-addr", f"127.0.0.1:{grpc_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **(env or {})},

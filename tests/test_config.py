@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from extender.settings import load_config_file, parse_addr
-from plugin.config import (
+from raygate.extender.settings import load_config_file, parse_addr
+from raygate.plugin.config import (
     ConfigError,
     GpuNodesForSurplus,
     PolicyConfig,

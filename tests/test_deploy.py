@@ -15,15 +15,15 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from extender.cache import ClusterCache
-from extender.cli import _parser
-from extender.http import health_routes, scheduler_routes, volcano_routes, webhook_routes
-from extender.kube.reviews import GROUP, RESOURCE, Access
-from extender.scheduler_api import SchedulerExtender
-from extender.settings import load_config_file, parse_addr
-from extender.snapshot_files import load_files
-from extender.volcano_api import VolcanoExtender
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache
+from raygate.extender.cli import _parser
+from raygate.extender.http import health_routes, scheduler_routes, volcano_routes, webhook_routes
+from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
+from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.settings import load_config_file, parse_addr
+from raygate.extender.snapshot_files import load_files
+from raygate.extender.volcano_api import VolcanoExtender
+from raygate.plugin.config import PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

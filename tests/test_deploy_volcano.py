@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from extender.cache import ClusterCache
-from extender.http import volcano_routes
-from extender.volcano_api import VolcanoExtender
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache
+from raygate.extender.http import volcano_routes
+from raygate.extender.volcano_api import VolcanoExtender
+from raygate.plugin.config import PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # pkg/scheduler/plugins/extender/extender.go argument keys, and the per-plugin switches

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.cli import main
-from extender.proto.raygate.v1 import explain_pb2 as pb
-from extender.proto.raygate.v1 import explain_pb2_grpc
+from raygate.extender.cli import main
+from raygate.extender.proto.raygate.v1 import explain_pb2 as pb
+from raygate.extender.proto.raygate.v1 import explain_pb2_grpc
 from tests.builders import T0, Obj, make_node, make_pod, make_raycluster, object_list
 from tests.conftest import ServerThread, post_json
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import h11
 import pytest
 
-from extender.fast_path import FastPathProtocol
-from extender.http import HttpApp
+from raygate.extender.fast_path import FastPathProtocol
+from raygate.extender.http import HttpApp
 from tests.conftest import ServerThread, start_demo_server
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scheduler"

@@ -3,9 +3,9 @@ value, and valid documents mutated (``tests.test_attack_routes``' strategies). E
 decoder may refuse its input only with its documented error, never with anything else:
 
 * the request handlers (kube-scheduler, Volcano, explain, the webhook): ``BadRequest``,
-  which ``extender.errors.reply_for`` turns into the peer's own error reply;
+  which ``raygate.extender.errors.reply_for`` turns into the peer's own error reply;
 * the wire decoders under them: ``msgspec.DecodeError`` (``ValidationError`` is one);
-* the list/watch decoders (``extender.kube.client``): ``TransportError`` for a reply that
+* the list/watch decoders (``raygate.extender.kube.client``): ``TransportError`` for a reply that
   is not a list or an event; an object that does not decode is set aside, not raised;
   its conversion to a policy view: ``ConversionError``;
 * snapshot files: ``SnapshotError``, with the file and item in its message.
@@ -27,20 +27,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender import convert, webhook
-from extender.admission_api import _timeout
-from extender.cache import ClusterCache, Snapshot
-from extender.errors import BadRequest
-from extender.explain import ExplainService
-from extender.kube.client import _Decoders, decode_line, decode_page
-from extender.kube.resources import RESOURCES
-from extender.kube.watch import TransportError
-from extender.scheduler_api import SchedulerExtender
-from extender.snapshot_files import SnapshotError, demo_text, load_text
-from extender.volcano_api import VolcanoExtender
-from extender.wire import DECODE_ERRORS
-from extender.wire import scheduler as wire
-from plugin.config import PolicyConfig
+from raygate.extender import convert, webhook
+from raygate.extender.admission_api import _timeout
+from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.errors import BadRequest
+from raygate.extender.explain import ExplainService
+from raygate.extender.kube.client import _Decoders, decode_line, decode_page
+from raygate.extender.kube.resources import RESOURCES
+from raygate.extender.kube.watch import TransportError
+from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.snapshot_files import SnapshotError, demo_text, load_text
+from raygate.extender.volcano_api import VolcanoExtender
+from raygate.extender.wire import DECODE_ERRORS
+from raygate.extender.wire import scheduler as wire
+from raygate.plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, make_node, make_pod, make_raycluster, object_list
 from tests.test_attack_routes import SEEDS, bodies, encode, mutated
 

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from extender.cache import ClusterCache
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache
+from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node
 from tests.conftest import FakeClock, ServerThread
 

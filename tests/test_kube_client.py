@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from extender import cli
-from extender.kube import client
-from extender.kube.client import ClusterConfigError, NoClusterConfig, load_connection
+from raygate.extender import cli
+from raygate.extender.kube import client
+from raygate.extender.kube.client import ClusterConfigError, NoClusterConfig, load_connection
 from tests.apiserver import CRDS, ApiServerDouble, kubeconfig_text
 from tests.builders import make_node, make_pod
 
@@ -131,7 +131,7 @@ def test_serve_follows_the_cluster_of_a_kubeconfig_and_stops_on_sigterm(
     kubeconfig = double.kubeconfig(tmp_path / "kubeconfig")
     http, grpc_port = _free_port(), _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "raygate", "serve", "--kubeconfig", str(kubeconfig),
          "--http-addr", f"127.0.0.1:{http}", "--grpc-addr", f"127.0.0.1:{grpc_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

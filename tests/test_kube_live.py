@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from extender.cache import KINDS, ClusterCache, Snapshot, key_of
-from extender.kube.client import KubeTransport, load_connection
-from extender.kube.source import LiveSource
-from extender.kube.watch import BackoffPolicy, WatchSettings
-from plugin.config import PolicyConfig
-from plugin.model import GroupKey
+from raygate.extender.cache import KINDS, ClusterCache, Snapshot, key_of
+from raygate.extender.kube.client import KubeTransport, load_connection
+from raygate.extender.kube.source import LiveSource
+from raygate.extender.kube.watch import BackoffPolicy, WatchSettings
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import GroupKey
 from tests.apiserver import CORE, CRDS, ApiServerDouble
 from tests.builders import Obj, make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, post_json

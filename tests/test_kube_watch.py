@@ -15,10 +15,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from extender.cache import POD, WORKLOAD, ClusterCache, SyncStatus
-from extender.kube.resources import RESOURCES, Resource, Served
-from extender.kube.source import CacheWriter
-from extender.kube.watch import (
+from raygate.extender.cache import POD, WORKLOAD, ClusterCache, SyncStatus
+from raygate.extender.kube.resources import RESOURCES, Resource, Served
+from raygate.extender.kube.source import CacheWriter
+from raygate.extender.kube.watch import (
     ApiError,
     Backoff,
     BackoffPolicy,
@@ -30,8 +30,8 @@ from extender.kube.watch import (
     WatchLine,
     WatchSettings,
 )
-from extender.wire import kube
-from plugin.config import PolicyConfig
+from raygate.extender.wire import kube
+from raygate.plugin.config import PolicyConfig
 from tests.builders import make_pod
 
 PODS = next(r for r in RESOURCES if r.kind == POD)

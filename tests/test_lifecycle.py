@@ -24,9 +24,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.cache import ClusterCache
-from extender.settings import ServeSettings
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache
+from raygate.extender.settings import ServeSettings
+from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, snapshot_of, wait_until
 from tests.volcano_objects import node_info, task_info
@@ -177,7 +177,7 @@ class Raygate:
 
     def __init__(self, *flags: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "extender", "serve", "--demo", "--http-addr", f"{HOST}:0",
+            [sys.executable, "-m", "raygate", "serve", "--demo", "--http-addr", f"{HOST}:0",
              "--grpc-addr", f"{HOST}:0", "--log-format", "json", *flags],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from extender import logs
-from extender.cli import _parser
+from raygate.extender import logs
+from raygate.extender.cli import _parser
 from tests.builders import make_node, make_pod, make_raycluster, uid_for
 from tests.conftest import ServerThread, post_json
 from tests.volcano_objects import task_info
@@ -166,7 +166,7 @@ def _free_port() -> int:
 def test_serve_writes_json_lines_when_not_on_a_terminal() -> None:
     http, grpc_port = _free_port(), _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "extender", "serve", "--demo", "--log-level", "debug",
+        [sys.executable, "-m", "raygate", "serve", "--demo", "--log-level", "debug",
          "--http-addr", f"127.0.0.1:{http}", "--grpc-addr", f"127.0.0.1:{grpc_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.cache import ClusterCache, SyncStatus
-from extender.metrics import LATENCY_BUCKETS, Metrics
-from plugin.config import PolicyConfig
-from plugin.model import ANNOTATION_PREEMPTABLE
-from plugin.placement import Rule
+from raygate.extender.cache import ClusterCache, SyncStatus
+from raygate.extender.metrics import LATENCY_BUCKETS, Metrics
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import ANNOTATION_PREEMPTABLE
+from raygate.plugin.placement import Rule
 from tests.builders import T0, Obj, make_node, make_pod, make_raycluster, uid_for
 from tests.conftest import FakeClock, ServerThread, post_json
 from tests.volcano_objects import node_info, task_info
@@ -372,8 +372,8 @@ def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
 
 
 def test_authz_and_config_reloads_are_read_at_scrape_time() -> None:
-    from extender.authz import AuthzCounts
-    from extender.metrics import Metrics
+    from raygate.extender.authz import AuthzCounts
+    from raygate.extender.metrics import Metrics
 
     metrics, counts, reloads = Metrics(), AuthzCounts(), {"ok": 0, "failed": 0}
     metrics.watch_authz(counts)

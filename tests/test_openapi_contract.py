@@ -25,7 +25,7 @@ from schemathesis.checks import (
 
 from tests.conftest import ServerThread
 
-DOCUMENT = Path(__file__).resolve().parent.parent / "extender" / "openapi.json"
+DOCUMENT = Path(__file__).resolve().parent.parent / "raygate" / "extender" / "openapi.json"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 

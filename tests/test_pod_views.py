@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.payloads import ray_head_pod, ray_worker_pod
-from extender import convert, snapshot_files
-from extender.convert import PodViews
-from extender.snapshot_files import demo_text
-from extender.wire import kube
-from plugin.model import PodView
+from raygate.extender import convert, snapshot_files
+from raygate.extender.convert import PodViews
+from raygate.extender.snapshot_files import demo_text
+from raygate.extender.wire import kube
+from raygate.plugin.model import PodView
 from tests.builders import make_pod
 
 ROOT = Path(__file__).resolve().parent

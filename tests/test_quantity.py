@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.quantity import QuantityError, parse_milli
+from raygate.plugin.quantity import QuantityError, parse_milli
 
 CASES = [
     ("8", 8000),

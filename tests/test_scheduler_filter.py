@@ -10,9 +10,9 @@ import httpx
 import msgspec
 import pytest
 
-from extender.errors import BadRequest, MissingField
-from extender.scheduler_api import RequestPods
-from plugin.config import GpuNodesForSurplus, PolicyConfig
+from raygate.extender.errors import BadRequest, MissingField
+from raygate.extender.scheduler_api import RequestPods
+from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
 from tests.builders import (
     T0,
     T0_EPOCH,

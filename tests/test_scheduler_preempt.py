@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender import convert
-from extender.wire import kube
-from plugin.classify import group_floor
-from plugin.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView
-from plugin.victims import Candidate, select_victims
+from raygate.extender import convert
+from raygate.extender.wire import kube
+from raygate.plugin.classify import group_floor
+from raygate.plugin.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView
+from raygate.plugin.victims import Candidate, select_victims
 from tests.builders import Obj, make_node, make_pod, make_raycluster, uid_for
 from tests.conftest import ServerThread, post_json, snapshot_of
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.cache import ClusterCache, Snapshot
-from extender.settings import (
+from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.settings import (
     SETTINGS,
     ConfigFile,
     PolicyReloader,
@@ -26,8 +26,8 @@ from extender.settings import (
     read_config_file,
     render_config,
 )
-from extender.snapshot_files import demo_text, load_text
-from plugin.config import ConfigError, GpuNodesForSurplus, PolicyConfig
+from raygate.extender.snapshot_files import demo_text, load_text
+from raygate.plugin.config import ConfigError, GpuNodesForSurplus, PolicyConfig
 
 Flags = dict[str, Any]
 Env = dict[str, str]

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.cache import Snapshot
-from extender.snapshot_files import SnapshotError, demo_text, load_files, load_text
-from plugin.config import PolicyConfig
+from raygate.extender.cache import Snapshot
+from raygate.extender.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster, object_list
 
 

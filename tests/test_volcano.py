@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from plugin.config import PolicyConfig
+from raygate.plugin.config import PolicyConfig
 from tests.builders import (
     T0,
     T0_EPOCH,

@@ -17,10 +17,10 @@ import pytest
 import trustme
 import uvloop
 
-from extender.cache import ClusterCache
-from extender.server import RaygateServer, WebhookListener, bind_socket
-from extender.webhook import MARKER
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache
+from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
+from raygate.extender.webhook import MARKER
+from raygate.plugin.config import PolicyConfig
 from tests.builders import Obj, make_pod
 
 

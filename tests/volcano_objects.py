@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugin.quantity import parse_milli
+from raygate.plugin.quantity import parse_milli
 from tests.builders import Obj
 
 PENDING, ALLOCATED, BOUND, RUNNING, RELEASING = 1, 2, 16, 32, 64

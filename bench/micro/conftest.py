@@ -23,11 +23,11 @@ from bench.payloads import (
     snapshot_gpu_node_names,
 )
 from bench.scenarios import CLUSTER_NODES
-from extender.cache import ClusterCache, Snapshot
-from extender.scheduler_api import SchedulerExtender
-from extender.snapshot_files import load_text
-from extender.volcano_api import VolcanoExtender
-from plugin.config import PolicyConfig
+from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.snapshot_files import load_text
+from raygate.extender.volcano_api import VolcanoExtender
+from raygate.plugin.config import PolicyConfig
 
 T = TypeVar("T")
 

@@ -12,9 +12,9 @@ import pytest
 from bench.micro.conftest import NOW, Benchmark, Cluster, cache_of, snapshot_of
 from bench.payloads import OVERFLOW_GROUP, app_pod, ray_worker_pod
 from bench.scenarios import MICRO
-from extender import convert
-from extender.scheduler_api import SchedulerExtender
-from extender.wire import kube
+from raygate.extender import convert
+from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.wire import kube
 from tests.builders import Obj, iso, make_node, make_pod, make_raycluster
 
 # --- preempt -------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def _big_raycluster(pods: int) -> list[Obj]:
 
 
 def test_admission_status(benchmark: Benchmark) -> None:
-    from plugin.admission import admission_status
+    from raygate.plugin.admission import admission_status
 
     snapshot = snapshot_of(_big_raycluster(MICRO.admission_pods))
     cluster = snapshot.raycluster("ray", "big")

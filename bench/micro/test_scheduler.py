@@ -13,10 +13,10 @@ import pytest
 
 from bench.micro.conftest import NOW, Benchmark, Cluster
 from bench.scenarios import MICRO
-from extender import convert
-from extender.wire import kube
-from extender.wire import scheduler as wire
-from plugin.placement import Placement, decide, filter_names
+from raygate.extender import convert
+from raygate.extender.wire import kube
+from raygate.extender.wire import scheduler as wire
+from raygate.plugin.placement import Placement, decide, filter_names
 
 SHAPES = [f"names-{n}" for n in MICRO.names] + [f"nodelist-{n}" for n in MICRO.nodelist]
 

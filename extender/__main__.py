@@ -1,5 +1,0 @@
-import sys
-
-from extender.cli import main
-
-sys.exit(main())

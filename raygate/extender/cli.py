@@ -1,0 +1,303 @@
+"""``raygate`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from raygate.extender import logs
+from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.check import live_inputs, run_check
+from raygate.extender.errors import RaygateError
+from raygate.extender.explain import ExplainService, fetch, render_table
+from raygate.extender.kube.client import (
+    ClusterConfigError,
+    Connection,
+    KubeTransport,
+    NoClusterConfig,
+    load_connection,
+)
+from raygate.extender.kube.source import LiveSource
+from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
+from raygate.extender.settings import (
+    ENV_CONFIG,
+    ENV_CONTEXT,
+    ENV_DEMO,
+    ENV_KUBECONFIG,
+    ENV_SNAPSHOT,
+    SETTINGS,
+    PolicyReloader,
+    ServeSettings,
+    authz_enabled,
+    load_config_file,
+    load_settings,
+    parse_addr,
+    render_config,
+)
+from raygate.extender.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.plugin.config import ConfigError, PolicyConfig
+
+if TYPE_CHECKING:
+    from raygate.extender.authz import Authorizer
+
+__all__ = ["main"]
+
+log = logging.getLogger("raygate")
+
+NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Give it one of:
+  in-cluster config   run raygate in a pod (KUBERNETES_SERVICE_HOST, its service account)
+  --kubeconfig FILE   a kubeconfig (and --context NAME to choose a context)
+  $KUBECONFIG         a kubeconfig, else ~/.kube/config
+  --snapshot FILE     objects as `kubectl get ... -o yaml|json` prints them (repeatable)
+  --demo              the demo cluster shipped with raygate"""
+
+
+class _Given(argparse.Action):
+    """Store the value, and note that the flag was on the command line."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        given: set[str] | None = getattr(namespace, "given", None)
+        if given is None:
+            given = set()
+            namespace.given = given
+        given.add(self.dest)
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags, by ``ServeSettings`` field."""
+    flags: dict[str, Any] = {name: getattr(args, name) for name in getattr(args, "given", ())}
+    for name in ("snapshot", "demo", "kubeconfig", "context", "config_file"):
+        if getattr(args, name):
+            flags["snapshots" if name == "snapshot" else name] = getattr(args, name)
+    return flags
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raygate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the scheduler extender and raygate's API")
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--snapshot", action="append", default=[], metavar="FILE",
+                        help="cluster objects from a YAML/JSON file (repeatable; env "
+                             f"{ENV_SNAPSHOT}, files separated by {os.pathsep!r})")
+    source.add_argument("--demo", action="store_true",
+                        help=f"serve the demo cluster shipped with raygate (env {ENV_DEMO})")
+    source.add_argument("--kubeconfig", metavar="FILE",
+                        help="follow the cluster of this kubeconfig (default: in-cluster "
+                             "config, else $KUBECONFIG, else ~/.kube/config; env "
+                             f"{ENV_KUBECONFIG})")
+    serve.add_argument("--context", metavar="NAME",
+                       help=f"the kubeconfig context to use (env {ENV_CONTEXT})")
+    serve.add_argument("--config", dest="config_file", metavar="FILE",
+                       help=f"YAML config file with `server:` and `policy:` sections (env "
+                            f"{ENV_CONFIG}); its policy is reloaded when it changes")
+    serve.add_argument("--print-config", action="store_true",
+                       help="print the effective settings as a config file, with where each "
+                            "value came from, and exit")
+    # Each flag of the settings table; precedence: flag > RAYGATE_* > config file > default.
+    # The parser's defaults are the documented ones (for --help), but only a flag on the
+    # command line outranks the environment and the file: _Given records which were.
+    defaults = ServeSettings()
+    for setting in SETTINGS:
+        serve.add_argument(
+            setting.flag, dest=setting.name, action=_Given,
+            default=getattr(defaults, setting.name), metavar=setting.metavar or None,
+            choices=setting.choices or None,
+            help=f"{setting.help + '; ' if setting.help else ''}env {setting.env}, file "
+                 f"{setting.file_key}; default {getattr(defaults, setting.name)!r}")
+    check = commands.add_parser(
+        "check", help="find RayCluster configurations that silently break gang preemption")
+    check.add_argument("files", nargs="*", metavar="FILE",
+                       help="RayCluster manifests (YAML or JSON, Lists and multi-document)")
+    check.add_argument("--kubeconfig", metavar="FILE",
+                       help="lint the RayClusters of a live cluster instead of files")
+    check.add_argument("--context", metavar="NAME", help="the kubeconfig context (live)")
+    check.add_argument("--namespace", metavar="NS", help="only this namespace (live)")
+    check.add_argument("--output", choices=["text", "json"], default="text")
+    check.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    check.add_argument("--config", metavar="FILE", help="YAML config file with a `policy:` section")
+    explain = commands.add_parser(
+        "explain", help="why raygate would place a pod where it would, node by node")
+    explain.add_argument("pod", metavar="NAMESPACE/NAME")
+    where = explain.add_mutually_exclusive_group()
+    where.add_argument("--server", default="http://127.0.0.1:8888", metavar="URL",
+                       help="a running raygate: http://host:8888 or grpc://host:9090 "
+                            "(default %(default)s)")
+    where.add_argument("--snapshot", action="append", default=[], metavar="FILE",
+                       help="explain offline from cluster objects in a file (repeatable)")
+    where.add_argument("--demo", action="store_true", help="explain offline on the demo cluster")
+    explain.add_argument("--nodes", metavar="NODE,...", help="only these nodes")
+    explain.add_argument("--output", choices=["text", "json"], default="text")
+    explain.add_argument("--config", metavar="FILE", help="YAML config (offline only)")
+    return parser
+
+
+def _explain(args: argparse.Namespace) -> int:
+    namespace, _, name = args.pod.partition("/")
+    if not namespace or not name:
+        print("raygate: give the pod as NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    nodes = args.nodes.split(",") if args.nodes else None
+    try:
+        if args.snapshot or args.demo:
+            policy = load_config_file(args.config) if args.config else PolicyConfig()
+            objects = load_text(demo_text(), "demo") if args.demo else load_files(args.snapshot)
+            cache = ClusterCache(policy, "offline")
+            cache.publish(Snapshot(objects, policy))
+            reply = ExplainService(cache).explain(namespace, name, nodes)
+        else:
+            reply = fetch(args.server, namespace, name, nodes)
+    except (ConfigError, SnapshotError, RaygateError) as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, RaygateError) else 2
+    if args.output == "json":
+        print(msgspec.json.encode(reply).decode())
+    else:
+        print(render_table(reply), end="")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    live_mode = bool(args.kubeconfig or args.context)
+    if bool(args.files) == live_mode:
+        print("raygate: give manifest FILEs, or --kubeconfig/--context for a live cluster",
+              file=sys.stderr)
+        return 2
+    try:
+        policy = load_config_file(args.config) if args.config else PolicyConfig()
+        live = None
+        if live_mode:
+            live = live_inputs(load_connection(args.kubeconfig, args.context),
+                               args.namespace, policy)
+        return run_check(args.files, args.output, args.strict, policy, live=live)
+    except (ConfigError, SnapshotError, NoClusterConfig, ClusterConfigError) as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_settings(_flags(args), os.environ)
+    except ConfigError as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
+    settings = loaded.settings
+    if args.print_config:
+        print(render_config(loaded, os.environ), end="")
+        return 0
+    connection: Connection | None = None
+    try:
+        host, port = parse_addr(settings.http_addr, "--http-addr")
+        if settings.demo:
+            objects, source = load_text(demo_text(), "demo"), "demo cluster"
+        elif settings.snapshots:
+            objects = load_files(settings.snapshots)
+            source = "snapshot " + ", ".join(settings.snapshots)
+        else:
+            try:
+                connection = load_connection(settings.kubeconfig or None,
+                                             settings.context or None)
+            except NoClusterConfig:
+                print(NO_CLUSTER, file=sys.stderr)
+                return 2
+            objects, source = None, f"cluster {connection.description}"
+        authorizer = _authorizer(settings, connection)
+    except (ConfigError, SnapshotError, ClusterConfigError) as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
+    # Once the settings hold: a refusal above is a line on stderr, not a log record.
+    logs.configure(settings.log_level, settings.log_format)
+    cache = ClusterCache(settings.policy, source)
+    if objects is not None:
+        cache.publish(Snapshot(objects, settings.policy))
+        counts = cache.snapshot.counts()
+        log.info("loaded %s: %s; ignored %s", source,
+                 ", ".join(f"{v} {k}" for k, v in counts.items()),
+                 dict(objects.ignored) or "nothing")
+    try:
+        sock = bind_socket(host, port)
+    except OSError as exc:
+        print(f"raygate: cannot listen on {settings.http_addr}: {exc.strerror}",
+              file=sys.stderr)
+        return 2
+    webhook = None
+    if settings.webhook_addr:  # load_settings made sure TLS is there
+        try:
+            webhook = WebhookListener(
+                bind_socket(*parse_addr(settings.webhook_addr, "--webhook-addr")),
+                settings.webhook_cert, settings.webhook_key)
+        except OSError as exc:
+            print(f"raygate: cannot listen on {settings.webhook_addr}: {exc.strerror}",
+                  file=sys.stderr)
+            return 2
+    try:
+        server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
+                               webhook=webhook, authorizer=authorizer)
+    except ConfigError as exc:  # certificate files that cannot be used
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
+    if authorizer is not None:
+        server.metrics.watch_authz(authorizer.counts)
+    log.info("authz %s for the admission-status and explain APIs",
+             "on" if authorizer is not None else "off")
+    live = None
+    if connection is not None:
+        # Serving starts at once: /readyz answers 503 until every kind is listed.
+        live = LiveSource(cache, KubeTransport(connection))
+        live.start()
+        log.info("following %s", source)
+    reloader = None
+    if loaded.file is not None:
+        reloader = PolicyReloader(loaded.file, cache.set_policy).start()
+        server.metrics.watch_config(reloader.counts)
+    try:
+        import uvloop
+
+        uvloop.run(server.run())
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        asyncio.run(server.run())
+    finally:
+        if reloader is not None:
+            reloader.stop()
+        if live is not None:
+            live.stop()
+        if authorizer is not None:
+            authorizer.close()
+    return 0
+
+
+def _authorizer(settings: ServeSettings, connection: Connection | None) -> Authorizer | None:
+    """The TokenReview/SubjectAccessReview guard of the status APIs, when authz is on."""
+    if not authz_enabled(settings, os.environ):
+        return None
+    if connection is None:  # load_settings refuses `authz: on` with --demo/--snapshot
+        raise ConfigError(["--authz: on needs a cluster to ask"])
+    # Imported here: only a process that checks callers needs it.
+    from raygate.extender.authz import Authorizer
+
+    return Authorizer.from_connection(connection, settings.authz_cache_seconds,
+                                      audiences=settings.authz_audiences)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "explain":
+        return _explain(args)
+    return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

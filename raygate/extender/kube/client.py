@@ -1,0 +1,410 @@
+"""The connection to the API server: configuration and auth by the ``kubernetes`` client,
+requests through its REST layer, and replies decoded by msgspec straight from the bytes.
+
+The client's model objects are never built: at 150,000 pods they would cost minutes and
+gigabytes. A LIST page is read whole and decoded into the slim wire structs of
+``raygate.extender.wire.kube``; a WATCH is read as it arrives and decoded line by line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import urllib3
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
+    SERVICE_HOST_ENV_NAME,
+    SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
+)
+
+from raygate.extender.kube.resources import Served
+from raygate.extender.kube.watch import (
+    ERROR,
+    ListPage,
+    NotServed,
+    TransportError,
+    WatchLine,
+    WatchSettings,
+    api_error,
+)
+from raygate.extender.wire import DECODE_ERRORS, kube
+
+__all__ = [
+    "ClusterConfigError",
+    "Connection",
+    "KubeTransport",
+    "NoClusterConfig",
+    "load_connection",
+]
+
+log = logging.getLogger("raygate.kube")
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+class NoClusterConfig(Exception):
+    """None of the ways to reach a cluster is there."""
+
+
+class ClusterConfigError(Exception):
+    """A way to reach a cluster is there but cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    configuration: k8s.Configuration
+    description: str
+    """Where raygate connects and how it learned to, for logs and ``/readyz``."""
+
+
+def load_connection(
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Connection:
+    """How to reach the cluster, in order: ``--kubeconfig``/``--context`` when given;
+    in-cluster config when ``KUBERNETES_SERVICE_HOST`` is set (raygate runs in a pod);
+    else ``$KUBECONFIG``, else ``~/.kube/config``. Raises ``NoClusterConfig`` when none
+    is there, ``ClusterConfigError`` when the one chosen cannot be used."""
+    env = os.environ if environ is None else environ
+    if kubeconfig is None and context is None and env.get(SERVICE_HOST_ENV_NAME):
+        return _in_cluster(env)
+    if kubeconfig is None:
+        # $KUBECONFIG may list several files (os.pathsep), merged as kubectl merges them.
+        kubeconfig = env.get("KUBECONFIG") or None
+        if kubeconfig is None:
+            default = Path(os.path.expanduser(DEFAULT_KUBECONFIG))
+            if context is None and not default.is_file():
+                raise NoClusterConfig("no in-cluster config, --kubeconfig, $KUBECONFIG or "
+                                      f"{DEFAULT_KUBECONFIG}")
+            kubeconfig = str(default)
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=configuration,
+            persist_config=False)
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as exc:
+        raise ClusterConfigError(f"kubeconfig {kubeconfig}: {exc}") from None
+    which = f" context {context}" if context else ""
+    return Connection(configuration, f"{configuration.host} (kubeconfig {kubeconfig}{which})")
+
+
+def _in_cluster(env: Mapping[str, str]) -> Connection:
+    configuration = k8s.Configuration()
+    try:
+        # The service account token is rotated by the kubelet; the loader re-reads it.
+        loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
+            token_filename=SERVICE_TOKEN_FILENAME, cert_filename=SERVICE_CERT_FILENAME,
+            environ=env)
+        loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+    except ConfigException as exc:
+        raise ClusterConfigError(f"in-cluster config ({SERVICE_HOST_ENV_NAME} is set): "
+                                 f"{exc}") from None
+    return Connection(configuration, f"{configuration.host} (in-cluster)")
+
+
+# --- decoding ---------------------------------------------------------------------------
+
+
+class _Decoders:
+    """msgspec decoders for one wire type, built once."""
+
+    def __init__(self, wire: type[msgspec.Struct]) -> None:
+        self.page = msgspec.json.Decoder(kube.ObjectList[wire])  # type: ignore[valid-type]
+        self.item = msgspec.json.Decoder(wire)
+        self.event = msgspec.json.Decoder(kube.WatchEvent[wire])  # type: ignore[valid-type]
+
+
+class _RawEvent(msgspec.Struct):
+    """A watch event with its object left undecoded."""
+
+    type: str = ""
+    object: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_RAW_PAGE = msgspec.json.Decoder(kube.ObjectList[msgspec.Raw])
+_RAW_EVENT = msgspec.json.Decoder(_RawEvent)
+_META = msgspec.json.Decoder(kube.Metadata)
+_STATUS = msgspec.json.Decoder(kube.Status)
+_RESOURCES = msgspec.json.Decoder(kube.ApiResourceList)
+
+
+def _meta_of(raw: bytes | msgspec.Raw) -> kube.ObjectMeta | None:
+    try:
+        return _META.decode(raw).metadata
+    except DECODE_ERRORS:
+        return None
+
+
+def decode_page(data: bytes, decoders: _Decoders) -> ListPage:
+    """A LIST reply; items that do not decode are set aside with their metadata."""
+    try:
+        page = decoders.page.decode(data)
+        return ListPage(page.items or [], page.metadata.resource_version,
+                        page.metadata.continue_)
+    except msgspec.ValidationError:
+        pass  # some item is malformed (JSON, but not as expected): one by one below
+    except DECODE_ERRORS as exc:  # (ValidationError is a DecodeError: caught above)
+        raise TransportError(f"LIST reply is not JSON: {exc}") from None
+    try:
+        raw = _RAW_PAGE.decode(data)
+    except DECODE_ERRORS as exc:
+        raise TransportError(f"LIST reply is not a list: {exc}") from None
+    items: list[Any] = []
+    unreadable: list[tuple[kube.ObjectMeta | None, str]] = []
+    for item in raw.items or []:
+        try:
+            items.append(decoders.item.decode(item))
+        except DECODE_ERRORS as exc:
+            unreadable.append((_meta_of(item), str(exc)))
+    return ListPage(items, raw.metadata.resource_version, raw.metadata.continue_, unreadable)
+
+
+def decode_line(line: bytes, decoders: _Decoders) -> WatchLine:
+    """One watch event. An ERROR's object is a Status; an object of the watched kind that
+    does not decode comes back as its metadata only."""
+    try:
+        event = decoders.event.decode(line)
+    except msgspec.ValidationError as exc:
+        try:
+            head = _RAW_EVENT.decode(line)
+        except DECODE_ERRORS:
+            raise TransportError(f"watch stream line is not an event: {exc}") from None
+        if head.type == ERROR:
+            return WatchLine(ERROR, status=_status_of(head.object))
+        return WatchLine(head.type, meta=_meta_of(head.object), problem=str(exc))
+    except DECODE_ERRORS as exc:  # (ValidationError is a DecodeError: caught above)
+        raise TransportError(f"watch stream line is not JSON: {exc}") from None
+    if event.type == ERROR:
+        # A Status may decode as some kinds' structs (no field of theirs clashes): read it
+        # again as what it is.
+        return WatchLine(ERROR, status=_status_of(_RAW_EVENT.decode(line).object))
+    return WatchLine(event.type, obj=event.object)
+
+
+def _status_of(raw: msgspec.Raw) -> kube.Status:
+    try:
+        return _STATUS.decode(raw)
+    except DECODE_ERRORS:
+        return kube.Status(message=bytes(raw)[:200].decode("utf-8", "replace"))
+
+
+_LIST_HEAD = msgspec.json.Decoder(kube.ObjectList[msgspec.Raw])
+
+
+def _next_continue(data: bytes) -> str:
+    """The continue token of a LIST reply, read from its head only (kube-apiserver writes
+    ``metadata`` before ``items``); "" when there is none or it cannot be read there (the
+    full decode still finds it: this only lets the next page be fetched early)."""
+    end = data.find(b'"items":')
+    if end < 0:
+        return ""
+    try:
+        head = _LIST_HEAD.decode(data[:end].rstrip(b", \n") + b"}")
+    except DECODE_ERRORS:
+        return ""
+    return head.metadata.continue_
+
+
+def _error_from(response: urllib3.BaseHTTPResponse) -> Exception:
+    data = response.data or b""
+    try:
+        status = _STATUS.decode(data)
+    except DECODE_ERRORS:
+        status = kube.Status(message=data[:200].decode("utf-8", "replace"))
+    return api_error(response.status, status.reason or (response.reason or ""), status.message)
+
+
+# --- the transport ----------------------------------------------------------------------
+
+
+class _Stream:
+    """A WATCH reply read as it arrives, one event per line."""
+
+    def __init__(self, response: urllib3.BaseHTTPResponse, decoders: _Decoders) -> None:
+        self.response = response
+        self.decoders = decoders
+        self._closed = False
+
+    def __iter__(self) -> Iterator[WatchLine]:
+        response = self.response
+        pending = b""
+        clean = False
+        try:
+            chunks: Iterator[bytes]
+            if response.chunked:
+                chunks = response.read_chunked(None, decode_content=True)
+            else:
+                chunks = iter(lambda: response.read1(65536), b"")
+            for chunk in chunks:
+                # The API server writes one JSON object per line; a chunk may hold part of
+                # one, or several.
+                pending += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield decode_line(line, self.decoders)
+            if pending.strip() and not self._closed:
+                yield decode_line(pending, self.decoders)
+            clean = True
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if not self._closed:
+                raise TransportError(f"watch stream broke: {exc}") from None
+        except ValueError:
+            # Reading a response another thread has shut down ("I/O operation on closed
+            # file"); anything else is a bug.
+            if not self._closed:
+                raise
+        finally:
+            if clean:
+                response.release_conn()
+            else:
+                response.close()
+                response.release_conn()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Unblocks a read in progress in the watcher's thread.
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            self.response.shutdown()
+
+
+class KubeTransport:
+    """``raygate.extender.kube.watch.Transport`` over the ``kubernetes`` client's REST layer."""
+
+    def __init__(self, connection: Connection, settings: WatchSettings | None = None) -> None:
+        settings = settings or WatchSettings()
+        self.connection = connection
+        self.api = k8s.ApiClient(connection.configuration)
+        self.request_timeout = settings.request_timeout
+        self.read_timeout = settings.read_timeout
+        self._decoders: dict[type[msgspec.Struct], _Decoders] = {}
+        self._prefetch = ThreadPoolExecutor(max_workers=2, thread_name_prefix="raygate-list")
+        self._ahead: dict[str, tuple[tuple[int, str], Future[bytes]]] = {}
+        """Per collection, the next LIST page being fetched: ((limit, continue), bytes)."""
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._prefetch.shutdown(wait=False, cancel_futures=True)
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    def _decoders_for(self, served: Served) -> _Decoders:
+        wire = served.resource.wire
+        decoders = self._decoders.get(wire)
+        if decoders is None:
+            decoders = self._decoders[wire] = _Decoders(wire)
+        return decoders
+
+    def _get(self, path: str, query: list[tuple[str, str]],
+             timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET", path, query_params=query, header_params={"Accept": "application/json"},
+            # Bearer tokens (static, in-cluster, exec plugins, OIDC) are refreshed by the
+            # client's configuration; client certificates live in its connection pool.
+            auth_settings=["BearerToken"],
+        )
+        try:
+            rest = self.api.call_api(method, url, header_params=headers,
+                                     _request_timeout=timeout)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"GET {path}: {exc}") from None
+        except k8s.ApiException as exc:  # the client's wrapper of TLS failures
+            raise TransportError(f"GET {path}: {exc.reason}") from None
+        response: urllib3.BaseHTTPResponse = rest.response
+        if response.status != 200:
+            try:
+                error = _error_from(response)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                error = TransportError(f"GET {path}: {response.status}: {exc}")
+            finally:
+                response.release_conn()
+            raise error
+        return response
+
+    def _read(self, response: urllib3.BaseHTTPResponse, what: str) -> bytes:
+        try:
+            return response.data
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{what}: {exc}") from None
+        finally:
+            response.release_conn()
+
+    def get(self, path: str, query: list[tuple[str, str]]) -> bytes:
+        """One GET of ``path`` (raw JSON), for callers outside the watch loop."""
+        response = self._get(path, query, (self.request_timeout, self.request_timeout))
+        return self._read(response, f"GET {path}")
+
+    def discover(self, group_version: str) -> frozenset[str] | None:
+        # Discovery is readable by every authenticated client (the system:discovery
+        # ClusterRole): it needs no RBAC rule of raygate's own.
+        path = f"/apis/{group_version}"
+        try:
+            response = self._get(path, [], (self.request_timeout, self.request_timeout))
+        except NotServed:
+            # A group/version no CRD (or aggregated API) serves is not in discovery: 404.
+            return None
+        try:
+            resources = _RESOURCES.decode(self._read(response, path))
+        except DECODE_ERRORS as exc:
+            raise TransportError(f"GET {path}: not an APIResourceList: {exc}") from None
+        return frozenset(r.name for r in resources.resources or ())
+
+    def list(self, served: Served, limit: int, continue_: str) -> ListPage:
+        with self._lock:
+            ahead = self._ahead.pop(served.path, None)
+        if ahead is not None and ahead[0] == (limit, continue_):
+            data = ahead[1].result()  # or the fetch's error, as if raised here
+        else:
+            if ahead is not None:
+                ahead[1].cancel()
+            data = self._fetch_page(served, limit, continue_)
+        token = _next_continue(data)
+        if token:
+            # Fetch the next page while this one is decoded and converted: the API
+            # server's and the network's time then overlaps raygate's.
+            future = self._prefetch.submit(self._fetch_page, served, limit, token)
+            with self._lock:
+                self._ahead[served.path] = ((limit, token), future)
+        return decode_page(data, self._decoders_for(served))
+
+    def _fetch_page(self, served: Served, limit: int, continue_: str) -> bytes:
+        # No resourceVersion: a consistent read of the latest state (from etcd, or from
+        # the watch cache when it is known to be fresh); with a continue token, the next
+        # page of that same state.
+        query = [("limit", str(limit))]
+        if continue_:
+            query.append(("continue", continue_))
+        response = self._get(served.path, query, (self.request_timeout, self.request_timeout))
+        return self._read(response, f"LIST {served}")
+
+    def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> _Stream:
+        query = [
+            ("watch", "true"),
+            # Every change after this version, in order; 410 Gone if it was compacted.
+            ("resourceVersion", resource_version),
+            # BOOKMARKs move the version on while nothing changes, so a resumed watch
+            # rarely starts from a compacted version.
+            ("allowWatchBookmarks", "true"),
+            # The API server ends the watch after this many seconds (cleanly).
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        response = self._get(served.path, query, (self.request_timeout, self.read_timeout))
+        return _Stream(response, self._decoders_for(served))

@@ -1,0 +1,517 @@
+"""The list/watch driver of one kind, over an injected transport, retry policy and clock.
+
+It follows kube-apiserver's protocol as client-go's reflector does:
+
+1. LIST in pages (``limit`` + ``continue``); every page carries the resourceVersion of
+   the one consistent state the pages add up to. The kind's objects in the cache are
+   replaced by the listed ones in one step: readers never see half a list.
+2. WATCH from that version with bookmarks: each change after it, in order.
+3. A stream that ends — the server's timeout, a dropped connection, a read timeout on a
+   silent one — resumes from the last version seen, without a LIST.
+4. ``410 Gone`` (an HTTP status or an ERROR event) means that version has been compacted
+   away: LIST again, and the replace drops whatever was deleted meanwhile.
+5. Other failures back off exponentially with jitter, reset by the next success.
+
+A custom resource that is not installed is reported absent and looked up again every
+``rediscover_seconds``; one that disappears while watched is emptied from the cache.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raygate.extender import convert
+from raygate.extender.cache import KindSync, ObjectKey, Snapshot, View, object_key
+from raygate.extender.kube.resources import Resource, Served
+from raygate.extender.wire import kube
+
+__all__ = [
+    "ApiError",
+    "Backoff",
+    "BackoffPolicy",
+    "Gone",
+    "KindWatcher",
+    "ListPage",
+    "NotServed",
+    "Sink",
+    "Transport",
+    "TransportError",
+    "WatchLine",
+    "WatchSettings",
+    "WatchStream",
+]
+
+log = logging.getLogger("raygate.kube")
+
+ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+class TransportError(Exception):
+    """No usable answer: the connection failed, broke, or stayed silent too long."""
+
+
+class ApiError(Exception):
+    """The API server answered with an error ``Status``."""
+
+    def __init__(self, code: int, reason: str = "", message: str = "") -> None:
+        super().__init__(f"{code} {reason}: {message}" if reason else f"{code}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class Gone(ApiError):
+    """410: the resourceVersion (or continue token) asked for is older than the API
+    server's history."""
+
+
+class NotServed(ApiError):
+    """404: the resource is not served (a custom resource whose CRD is not installed)."""
+
+
+def api_error(code: int, reason: str = "", message: str = "") -> ApiError:
+    if code == 410:
+        return Gone(code, reason, message)
+    if code == 404:
+        return NotServed(code, reason, message)
+    return ApiError(code, reason, message)
+
+
+# --- settings and retry policy ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Delays between failed attempts: ``initial × factor^n``, capped at ``maximum``, each
+    stretched by a random fraction up to ``jitter``."""
+
+    initial: float = 0.8
+    """Seconds before the first retry. Default 0.8 s, client-go's reflector's."""
+    maximum: float = 30.0
+    """Seconds, the longest delay before jitter. Default 30 s, client-go's reflector's:
+    an API server that is down for long is retried twice a minute per kind."""
+    factor: float = 2.0
+    jitter: float = 1.0
+    """Fraction: a delay ``d`` becomes ``d × (1 + jitter × U[0, 1))``, so that watchers
+    of several kinds (and several raygate replicas) do not retry in step."""
+
+
+class Backoff:
+    def __init__(self, policy: BackoffPolicy, rng: random.Random) -> None:
+        self.policy = policy
+        self.rng = rng
+        self.failures = 0
+
+    def next(self) -> float:
+        p = self.policy
+        delay = min(p.initial * p.factor ** min(self.failures, 64), p.maximum)
+        self.failures += 1
+        return delay * (1.0 + p.jitter * self.rng.random())
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """How raygate lists and watches. Every duration is in seconds."""
+
+    page_size: int = 500
+    """Objects per LIST page (``limit``). Default 500, client-go's reflector's: pages the
+    API server builds cheaply, about 300 round trips for 150,000 pods."""
+    watch_timeout: float = 300.0
+    """The shortest server-side WATCH timeout (``timeoutSeconds``); each watch asks for
+    a random one in [this, 2 × this), as client-go does, so watches of many clients do
+    not end together. Default 300 s. The stream then resumes from its last version."""
+    read_timeout: float = 150.0
+    """A watch that receives nothing for this long is deemed dead and opened again.
+    Default 150 s: kube-apiserver sends a BOOKMARK about once a minute to a watcher that
+    allows them, so two minutes of silence means a broken connection."""
+    request_timeout: float = 60.0
+    """Limit on a LIST page or a discovery request, and on connecting."""
+    rediscover_seconds: float = 60.0
+    """How often a custom resource that is not installed is looked up again."""
+    freeze_gc: bool = True
+    """After each LIST page, each large re-list applied and every 20,000 changes, move
+    every live object into the garbage collector's permanent generation (``gc.freeze``).
+    150,000 pods are millions of objects that never form cycles; left to the collector,
+    each full collection walks them all (during a sync, again and again: the sync takes
+    several times longer) and pauses every thread. Frozen objects are still freed by
+    reference counting; only cyclic garbage old enough to have left the young
+    generations when a freeze happens is kept for good."""
+    publish_interval: float = 0.05
+    """Seconds: the cache publishes at most this often. Events arriving meanwhile are
+    applied to the same next snapshot, so a burst costs one publish, and whatever
+    follows each publish (the admission status's listener, which re-derives the changed
+    RayClusters on the server's event loop) runs at most 20 times a second. A lone event
+    after a quiet spell is published at once. Default 50 ms: a change reaches filter
+    decisions well within one kube-scheduler cycle."""
+    min_watch_seconds: float = 1.0
+    """A watch that ends with no event sooner than this counts as a failure (backs off),
+    so an API server that closes watches at once is not hammered."""
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+
+
+# --- what the driver talks to -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    items: list[Any]
+    """Wire objects (``resource.wire``) of the page."""
+    resource_version: str
+    continue_: str = ""
+    unreadable: list[tuple[kube.ObjectMeta | None, str]] = field(default_factory=list)
+    """Items that could not be decoded: their metadata when it could be, and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchLine:
+    """One decoded line of a watch stream."""
+
+    type: str
+    obj: Any = None
+    """The wire object of ADDED, MODIFIED, DELETED and BOOKMARK."""
+    status: kube.Status | None = None
+    """The error of an ERROR event."""
+    meta: kube.ObjectMeta | None = None
+    """An object that could not be decoded: what its metadata says."""
+    problem: str = ""
+
+
+class WatchStream(Protocol):
+    def __iter__(self) -> Iterator[WatchLine]:
+        ...
+
+    def close(self) -> None:
+        """End the stream; safe from another thread while it is being read."""
+        ...
+
+
+class Transport(Protocol):
+    """The API server, as the driver needs it. Errors: ``ApiError`` (and its ``Gone`` and
+    ``NotServed``) for an answered error, ``TransportError`` for no answer."""
+
+    def discover(self, group_version: str) -> frozenset[str] | None:
+        """The resource names (plurals) a group/version serves; None if it serves none."""
+        ...
+
+    def list(self, served: Served, limit: int, continue_: str) -> ListPage:
+        ...
+
+    def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> WatchStream:
+        ...
+
+    def close(self) -> None:
+        """Release connections and helper threads (after every watcher has stopped)."""
+        ...
+
+
+class Sink(Protocol):
+    """Where the driver's changes go (``raygate.extender.kube.source.CacheWriter``)."""
+
+    def current(self) -> Snapshot:
+        """The latest state built, to keep the views a re-list finds unchanged."""
+        ...
+
+    def replace(self, kind: str, items: list[tuple[str, View]], resource_version: str) -> None:
+        ...
+
+    def change(self, kind: str, type_: str, key: ObjectKey, resource_version: str,
+               view: View | None) -> None:
+        """An ADDED, MODIFIED or DELETED event; ``view`` None removes the object (deleted,
+        or a version raygate cannot read)."""
+        ...
+
+    def absent(self, kind: str) -> None:
+        """The kind is not served: drop its objects."""
+        ...
+
+
+# --- the driver -------------------------------------------------------------------------
+
+
+class KindWatcher:
+    """Lists then watches one kind until ``stop`` is set; run it in its own thread."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        transport: Transport,
+        sink: Sink,
+        status: KindSync,
+        *,
+        settings: WatchSettings,
+        stop: threading.Event,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[float], bool] | None = None,
+    ) -> None:
+        self.resource = resource
+        self.transport = transport
+        self.sink = sink
+        self.status = status
+        self.settings = settings
+        self.stop = stop
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self._wait = wait or (lambda seconds: not stop.wait(seconds))
+        self.backoff = Backoff(settings.backoff, self.rng)
+        self.resource_version = ""
+        """The last version seen; a watch resumes from it."""
+        self._stream: WatchStream | None = None
+        self._listed = False
+        self._absent_logged = False
+
+    @property
+    def kind(self) -> str:
+        return self.resource.kind
+
+    def close(self) -> None:
+        """Cut the current watch stream (from another thread, after setting ``stop``)."""
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                served = self._discover()
+                if served is None:
+                    return
+                self._follow(served)
+            except Exception as exc:
+                # A bug, not the API server: log it, back off, start over from discovery.
+                log.exception("%s: list/watch failed unexpectedly", self.kind)
+                self._failed(exc)
+                if not self._backoff():
+                    return
+
+    # --- discovery ----------------------------------------------------------------------
+    def _discover(self) -> Served | None:
+        """The version to follow; waits while the custom resource is not installed.
+        None when stopping."""
+        resource = self.resource
+        if not resource.crd:
+            return resource.served(resource.versions[0])
+        while not self.stop.is_set():
+            try:
+                for version in resource.versions:
+                    served = resource.served(version)
+                    plurals = self.transport.discover(served.group_version)
+                    if plurals is not None and resource.plural in plurals:
+                        if self._absent_logged:
+                            log.info("%s: %s is served now", self.kind, served)
+                        self._absent_logged = False
+                        return served
+            except (ApiError, TransportError) as exc:
+                self._failed(exc)
+                if not self._backoff():
+                    return None
+                continue
+            self._mark_absent()
+            if not self._wait(self.settings.rediscover_seconds):
+                return None
+        return None
+
+    def _mark_absent(self) -> None:
+        if not self._absent_logged:
+            wanted = ", ".join(f"{self.resource.plural}.{v}.{self.resource.group}"
+                               for v in self.resource.versions)
+            log.info("%s: not installed (%s not served); looking again every %.0fs",
+                     self.kind, wanted, self.settings.rediscover_seconds)
+            self._absent_logged = True
+        self.backoff.reset()
+        self.status.resource = ""
+        self.status.state = "absent"
+        self.sink.absent(self.kind)
+
+    # --- list and watch -----------------------------------------------------------------
+    def _follow(self, served: Served) -> None:
+        """List and watch ``served`` until stopping, or until it is no longer served."""
+        self.status.resource = str(served)
+        relist = True
+        while not self.stop.is_set():
+            try:
+                if relist:
+                    self._list(served)
+                    relist = False
+                self._watch(served)
+            except Gone as exc:
+                # The version is older than the API server's history (etcd compaction,
+                # or an API server restarted with a fresh watch cache): only a new
+                # LIST tells what happened meanwhile.
+                log.info("%s: %s; listing again", self.kind, exc)
+                relist = True
+            except NotServed as exc:
+                if self.resource.crd:
+                    # The CRD was deleted: its objects went with it.
+                    log.info("%s: %s is no longer served (%s)", self.kind, served, exc)
+                    self._listed = False
+                    self._mark_absent()
+                    self._wait(self.settings.rediscover_seconds)
+                    return
+                self._failed(exc)
+                if not self._backoff():
+                    return
+            except (ApiError, TransportError) as exc:
+                self._failed(exc)
+                if not self._backoff():
+                    return
+
+    def _list(self, served: Served) -> None:
+        self.status.state = "listing"
+        started = self.clock()
+        held = self.sink.current()
+        items: list[tuple[str, View]] = []
+        continue_ = ""
+        while True:
+            try:
+                page = self.transport.list(served, self.settings.page_size, continue_)
+            except Gone:
+                if not continue_:
+                    raise
+                # The continue token outlived the API server's history (it holds the
+                # list's resourceVersion): start the list over.
+                log.info("%s: LIST continue token expired; listing from the start", self.kind)
+                items.clear()
+                continue_ = ""
+                continue
+            self.status.last_event = self.clock()
+            for obj in page.items:
+                item = self._item(obj, held)
+                if item is not None:
+                    items.append(item)
+            for meta, problem in page.unreadable:
+                self._unreadable(meta, problem)
+            # Every page of one LIST is cut from the same consistent state; the last
+            # page's resourceVersion is the state the pages add up to.
+            resource_version, continue_ = page.resource_version, page.continue_
+            del page  # the wire objects: garbage now, not to be frozen
+            if self.settings.freeze_gc:
+                gc.freeze()  # see WatchSettings.freeze_gc
+            if not continue_:
+                break
+        self.sink.replace(self.kind, items, resource_version)
+        if self._listed:
+            self.status.relists += 1
+        self._listed = True
+        self.resource_version = resource_version
+        self.backoff.reset()
+        log.info("%s: listed %d objects at resourceVersion %s in %.1fs", self.kind, len(items),
+                 resource_version, self.clock() - started)
+
+    def _watch(self, served: Served) -> None:
+        self.status.state = "watching"
+        # Like client-go: a random server-side timeout in [min, 2 min) so that the watches
+        # of many clients do not all end (and re-open) at once.
+        timeout = int(self.settings.watch_timeout * (1.0 + self.rng.random()))
+        started = self.clock()
+        received = 0
+        stream = self.transport.watch(served, self.resource_version, timeout)
+        self._stream = stream
+        try:
+            if self.stop.is_set():  # stopped while the watch was being opened
+                return
+            for line in stream:
+                if self.stop.is_set():
+                    return
+                if received == 0:
+                    self.backoff.reset()
+                received += 1
+                self.status.last_event = self.clock()
+                self._line(line)
+        finally:
+            self._stream = None
+            stream.close()
+        if self.stop.is_set():
+            return
+        if received == 0 and self.clock() - started < self.settings.min_watch_seconds:
+            raise TransportError("the watch ended at once, with no event")
+
+    def _line(self, line: WatchLine) -> None:
+        type_ = line.type
+        self.status.events[type_] += 1
+        if type_ in (ADDED, MODIFIED, DELETED):
+            if line.obj is None:
+                self._unreadable(line.meta, line.problem, removed=True)
+                if line.meta is not None and line.meta.resource_version:
+                    self.resource_version = line.meta.resource_version
+                return
+            meta = line.obj.metadata
+            key = object_key(self.kind, meta.namespace, meta.name, meta.uid)
+            # A DELETED event carries the object's last state: its key is all that counts.
+            # A version raygate cannot read (view None) removes the one it holds rather
+            # than keep answering from a state the object has left.
+            view = None if type_ == DELETED else self._view(line.obj)
+            self.sink.change(self.kind, type_, key, meta.resource_version, view)
+            if meta.resource_version:
+                self.resource_version = meta.resource_version
+        elif type_ == BOOKMARK:
+            # A BOOKMARK carries only metadata.resourceVersion: every change up to it has
+            # been sent, so a watch can resume from it.
+            if line.obj is not None and line.obj.metadata.resource_version:
+                self.resource_version = line.obj.metadata.resource_version
+        elif type_ == ERROR:
+            # An ERROR event's object is a metav1.Status; 410 means "too old resource
+            # version", sent instead of an HTTP error once the watch has started.
+            status = line.status or kube.Status()
+            raise api_error(status.code, status.reason, status.message)
+        else:
+            log.warning("%s: skipping a watch event of unknown type %r", self.kind, type_)
+
+    # --- objects ------------------------------------------------------------------------
+    def _view(self, obj: Any) -> View | None:
+        try:
+            view: View = self.resource.view(obj)
+        except convert.ConversionError as exc:
+            meta = obj.metadata
+            self.status.errors += 1
+            self.status.last_error = f"{meta.namespace}/{meta.name}: {exc}"
+            log.warning("%s %s/%s: cannot read it (%s); leaving it out", self.kind,
+                        meta.namespace, meta.name, exc)
+            return None
+        return view
+
+    def _item(self, obj: Any, held: Snapshot) -> tuple[str, View] | None:
+        meta = obj.metadata
+        version = meta.resource_version
+        entry = held.version_of(self.kind, object_key(self.kind, meta.namespace, meta.name,
+                                                      meta.uid))
+        # An object's resourceVersion changes on every write of it: the same version is
+        # the same object, so a re-list keeps the view the cache already has.
+        if entry is not None and version and entry[0] == version:
+            return version, entry[1]
+        view = self._view(obj)
+        return None if view is None else (version, view)
+
+    def _unreadable(self, meta: kube.ObjectMeta | None, problem: str,
+                    removed: bool = False) -> None:
+        self.status.errors += 1
+        self.status.last_error = problem
+        name = f"{meta.namespace}/{meta.name}" if meta is not None else "an object"
+        log.warning("%s %s: cannot read it (%s); leaving it out", self.kind, name, problem)
+        if removed and meta is not None and (meta.name or meta.uid):
+            key = object_key(self.kind, meta.namespace, meta.name, meta.uid)
+            self.sink.change(self.kind, DELETED, key, meta.resource_version, None)
+
+    # --- failures -----------------------------------------------------------------------
+    def _failed(self, exc: Exception) -> None:
+        self.status.errors += 1
+        self.status.last_error = f"{type(exc).__name__}: {exc}"
+        log.warning("%s: %s", self.kind, self.status.last_error)
+
+    def _backoff(self) -> bool:
+        """Wait before the next attempt; False when stopping."""
+        self.status.state = "backoff"
+        return self._wait(self.backoff.next())

@@ -1,0 +1,144 @@
+"""What ``raygate-autoscaler`` reads from its environment (``autoscalerOptions.env``).
+
+Every problem is reported with the variable's name, and the entrypoint refuses to start
+on any of them: a typo in the URL must not quietly turn into the stock autoscaler.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from raygate.client import SERVICE_ACCOUNT_TOKEN
+from raygate.plugin.config import ConfigError
+
+__all__ = [
+    "ENV_CA_FILE",
+    "ENV_CERT_FILE",
+    "ENV_KEY_FILE",
+    "ENV_POLL_INTERVAL",
+    "ENV_SERVER_NAME",
+    "ENV_TIMEOUT",
+    "ENV_TOKEN_FILE",
+    "ENV_URL",
+    "SCHEMES",
+    "AutoscalerSettings",
+    "TlsSettings",
+]
+
+ENV_URL = "RAYGATE_URL"
+ENV_TIMEOUT = "RAYGATE_TIMEOUT_SECONDS"
+ENV_POLL_INTERVAL = "RAYGATE_POLL_INTERVAL_SECONDS"
+ENV_CA_FILE = "RAYGATE_TLS_CA_FILE"
+ENV_CERT_FILE = "RAYGATE_TLS_CERT_FILE"
+ENV_KEY_FILE = "RAYGATE_TLS_KEY_FILE"
+ENV_SERVER_NAME = "RAYGATE_TLS_SERVER_NAME"
+ENV_TOKEN_FILE = "RAYGATE_TOKEN_FILE"
+
+DEFAULT_TIMEOUT_SECONDS = 2.0
+DEFAULT_POLL_INTERVAL_SECONDS = 0.0
+
+SCHEMES = {"http": False, "https": True, "grpc": False, "grpcs": True}
+"""The URL schemes raygate's API is reached by, and whether each is TLS."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """For ``https://`` and ``grpcs://`` URLs only."""
+
+    ca_file: str | None = None
+    """PEM bundle of the CAs that sign raygate's certificate. Default: the system's trust
+    store."""
+    cert_file: str | None = None
+    """PEM client certificate (chain), when the endpoint asks for mutual TLS; needs
+    ``key_file``."""
+    key_file: str | None = None
+    """PEM private key of ``cert_file``."""
+    server_name: str | None = None
+    """The name raygate's certificate is checked against when it is not the URL's host
+    (gRPC only: ``grpc.ssl_target_name_override``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscalerSettings:
+    url: str
+    """raygate's API: ``http://host:8888`` (the HTTP port) or ``grpc://host:9090``, or
+    ``https://``/``grpcs://`` behind a TLS endpoint. Required."""
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    """The longest an autoscaler loop waits for raygate, connecting included. The loop
+    runs every 5 s (``AUTOSCALER_UPDATE_INTERVAL_S``); a slower answer counts as an
+    outage, and that loop is stock."""
+    poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
+    """Reuse an answer younger than this instead of asking again. 0: ask once per
+    autoscaler loop (one small GET per 5 s per RayCluster)."""
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    token_file: str | None = None
+    """A bearer token to send, read again on every call (raygate checks its callers
+    in-cluster). Default: the pod's service account token when one is mounted; KubeRay's
+    Role for the head already lets it ``get`` its RayCluster, which is what raygate asks."""
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme
+
+    @staticmethod
+    def from_env(env: Mapping[str, str] | None = None) -> AutoscalerSettings:
+        """The settings in ``env`` (default: the process environment); ``ConfigError``
+        names every variable that is wrong."""
+        env = os.environ if env is None else env
+        problems: list[str] = []
+        url = env.get(ENV_URL, "").strip()
+        parts = urlsplit(url)
+        if not url:
+            problems.append(f"{ENV_URL}: required: raygate's API, e.g. "
+                            "http://raygate.raygate-system:8888 or grpc://...:9090")
+        elif parts.scheme not in SCHEMES or not parts.hostname:
+            problems.append(f"{ENV_URL}: expected http://, https://, grpc:// or grpcs:// "
+                            f"and a host, got {url!r}")
+        elif parts.scheme.startswith("grpc") and (parts.path.strip("/") or parts.port is None):
+            problems.append(f"{ENV_URL}: a gRPC URL is grpc://host:port with no path, "
+                            f"got {url!r}")
+
+        def seconds(key: str, default: float, minimum: float, exclusive: bool) -> float:
+            raw = env.get(key, "").strip()
+            if not raw:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value < minimum or (exclusive and value == minimum):
+                bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
+                problems.append(f"{key}: expected a number of seconds {bound}, got {raw!r}")
+                return default
+            return value
+
+        timeout = seconds(ENV_TIMEOUT, DEFAULT_TIMEOUT_SECONDS, 0.0, True)
+        interval = seconds(ENV_POLL_INTERVAL, DEFAULT_POLL_INTERVAL_SECONDS, 0.0, False)
+
+        def file(key: str) -> str | None:
+            path = env.get(key, "").strip() or None
+            if path is not None and not os.access(path, os.R_OK):
+                problems.append(f"{key}: cannot read {path!r}")
+            return path
+
+        tls = TlsSettings(file(ENV_CA_FILE), file(ENV_CERT_FILE), file(ENV_KEY_FILE),
+                          env.get(ENV_SERVER_NAME, "").strip() or None)
+        if (tls.cert_file is None) != (tls.key_file is None):
+            problems.append(f"{ENV_CERT_FILE} and {ENV_KEY_FILE}: give both or neither")
+        if tls != TlsSettings() and SCHEMES.get(parts.scheme) is False:
+            problems.append(f"RAYGATE_TLS_*: set, but {ENV_URL} is {parts.scheme}://; use "
+                            f"{parts.scheme}s:// for TLS")
+        if tls.server_name is not None and parts.scheme == "https":
+            problems.append(f"{ENV_SERVER_NAME}: gRPC only; for https:// put that name in "
+                            f"{ENV_URL}")
+        if ENV_TOKEN_FILE in env:  # set and empty: send no token
+            token = file(ENV_TOKEN_FILE)
+        else:
+            token = SERVICE_ACCOUNT_TOKEN if os.path.exists(SERVICE_ACCOUNT_TOKEN) else None
+        if problems:
+            raise ConfigError(problems)
+        return AutoscalerSettings(url, timeout, interval, tls, token)

@@ -1,0 +1,355 @@
+"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop.
+
+Lifecycle (``stop``, on SIGTERM/SIGINT): ``/readyz`` answers 503 "shutting-down" and gRPC
+health NOT_SERVING at once; after ``shutdown_delay_seconds`` (time for the endpoints
+controller to take the pod out of its Services) the listeners close, long-polls and
+Watch streams end with what they have, and in-flight requests get
+``shutdown_grace_seconds`` to finish before they are cut; ``run`` then returns. A second
+signal cuts at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from raygate.extender.admission_api import AdmissionService, admission_routes
+from raygate.extender.cache import ClusterCache
+from raygate.extender.deadlines import sweep
+from raygate.extender.explain import SERVICE_NAME as EXPLAIN_SERVICE
+from raygate.extender.explain import ExplainService, add_explain_service, explain_routes
+from raygate.extender.fast_path import fast_path_protocol
+from raygate.extender.grpc_api import SERVICE_NAME as ADMISSION_SERVICE
+from raygate.extender.grpc_api import add_admission_service
+from raygate.extender.http import (
+    AsyncRoute,
+    Gate,
+    HttpApp,
+    Route,
+    health_routes,
+    metrics_routes,
+    scheduler_routes,
+    volcano_routes,
+    webhook_routes,
+)
+from raygate.extender.metrics import Metrics
+from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.settings import ServeSettings
+from raygate.extender.tls import CertReloader, TlsFiles
+from raygate.extender.volcano_api import VolcanoExtender
+from raygate.plugin.config import ConfigError
+
+__all__ = ["AccessGuard", "RaygateServer", "WebhookListener", "bind_socket"]
+
+log = logging.getLogger("raygate.server")
+
+CERT_POLL_SECONDS = 5.0
+"""How often certificate files are checked for change. A Secret volume is updated within
+the kubelet's sync period (about a minute) anyway."""
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass(frozen=True)
+class WebhookListener:
+    """The HTTPS listener of the admission webhook."""
+
+    sock: socket.socket
+    cert_file: str
+    key_file: str
+
+
+class AccessGuard(Protocol):
+    """Who may read admission status and explanations (``raygate.extender.authz.Authorizer``)."""
+
+    def guard_routes(
+        self, routes: dict[str, Route | AsyncRoute],
+    ) -> dict[str, Route | AsyncRoute]: ...
+
+    def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]: ...
+
+
+class _HttpServer(uvicorn.Server):
+    """uvicorn's server with raygate's signal handling and request deadlines."""
+
+    def __init__(self, config: uvicorn.Config, name: str, header_timeout: float,
+                 metrics: Metrics) -> None:
+        super().__init__(config)
+        self.header_timeout = header_timeout
+        self.timed_out = metrics.requests_timed_out.labels(name)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # raygate handles SIGTERM/SIGINT itself for both servers and exits 0; uvicorn's
+        # own handling re-raises the signal after shutdown (exit status -15).
+        yield
+
+    async def on_tick(self, counter: int) -> bool:
+        # uvicorn ticks every 0.1 s: request deadlines are checked here, not per request.
+        closed = sweep(self.server_state.connections, self.header_timeout,
+                       asyncio.get_running_loop().time())
+        if closed:
+            self.timed_out.inc(closed)
+        should_exit: bool = await super().on_tick(counter)
+        return should_exit
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn closes the listener, lets in-flight requests finish within
+        # timeout_graceful_shutdown and then cancels them, but leaves their connections
+        # open: cut them, so that nobody waits on a server that has gone.
+        await super().shutdown(sockets=sockets)
+        for connection in list(self.server_state.connections):
+            connection.transport.close()
+
+
+def _http_config(app: HttpApp, settings: ServeSettings,
+                 context: ssl.SSLContext | None) -> uvicorn.Config:
+    config = uvicorn.Config(
+        app,
+        # The scheduler's verbs are answered inside the protocol; the rest through ASGI.
+        http=fast_path_protocol(app.sync),
+        # raygate reads neither the client address nor the scheme of a request.
+        proxy_headers=False,
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        # kube-scheduler keeps its connections alive between scheduling cycles.
+        timeout_keep_alive=75,
+        # Our own context (not file names): its certificate follows the files.
+        ssl_context_factory=None if context is None else (lambda _config, _default: context),
+    )
+    # uvicorn hands this to asyncio.wait_for, which takes float seconds.
+    config.timeout_graceful_shutdown = settings.shutdown_grace_seconds  # type: ignore[assignment]
+    return config
+
+
+class RaygateServer:
+    """The HTTP and gRPC servers over one cache. ``run`` serves until ``stop``."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        http_sock: socket.socket,
+        grpc_addr: str,
+        *,
+        settings: ServeSettings = ServeSettings(),  # noqa: B008 - frozen, never mutated
+        scheduler: SchedulerExtender | None = None,
+        webhook: WebhookListener | None = None,
+        authorizer: AccessGuard | None = None,
+        cert_poll_seconds: float = CERT_POLL_SECONDS,
+    ) -> None:
+        self.cache = cache
+        self.settings = settings
+        self.http_sock = http_sock
+        self.http_port: int = http_sock.getsockname()[1]
+        self.grpc_addr = grpc_addr
+        self.grpc_port = 0
+        self.cert_poll_seconds = cert_poll_seconds
+        self.shutting_down = False
+        """Set by ``stop``: /readyz answers 503 from then on."""
+        # A registry per server: several servers in one process count apart.
+        self.metrics = Metrics()
+        self.scheduler = scheduler or SchedulerExtender(cache)
+        self.scheduler.bind_metrics(self.metrics)
+        self.started = asyncio.Event()
+        # The admission status reads the scheduler's clock: one notion of `now`.
+        self.admission = AdmissionService(cache, self.scheduler.clock)
+        self.explain = ExplainService(cache, self.scheduler.clock)
+        self.metrics.watch_cache(cache)
+        self.metrics.watch_admission(self.admission)
+        self.tls = _main_tls(settings)
+        if self.tls is not None:
+            self.metrics.watch_tls("main", self.tls)
+        # Pod names and scheduling reasons: behind the authorizer when there is one. The
+        # OpenAPI document describes the API and holds no cluster data.
+        private = admission_routes(self.admission)
+        openapi = {"/openapi.json": private.pop("/openapi.json")}
+        private.update(explain_routes(self.explain))
+        if authorizer is not None:
+            private = authorizer.guard_routes(private)
+        self.authorizer = authorizer
+        # Every HTTP route raygate serves; each API module contributes its own.
+        routes: dict[str, Route | AsyncRoute] = {
+            **health_routes(cache, lambda: self.shutting_down),
+            **metrics_routes(self.metrics),
+            **scheduler_routes(self.scheduler),
+            **volcano_routes(VolcanoExtender(cache, self.scheduler.clock, self.metrics),
+                             Gate(settings.predicate_concurrency)),
+            **openapi,
+            **private,
+        }
+        self._http = _HttpServer(
+            _http_config(HttpApp(routes, settings.max_body_bytes, self.metrics),
+                         settings, None if self.tls is None else self.tls.listener_context()),
+            "main", settings.header_timeout_seconds, self.metrics)
+        self._grpc: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._webhook: _HttpServer | None = None
+        self._webhook_tls: CertReloader | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Future[None] | None = None
+        self.webhook = webhook
+        if webhook is not None:
+            # The API server calls admission webhooks over HTTPS only: a listener of its
+            # own, whatever the main port serves.
+            self._webhook_tls = CertReloader(
+                TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
+            self.metrics.watch_tls("webhook", self._webhook_tls)
+            self._webhook = _HttpServer(
+                _http_config(HttpApp({**health_routes(cache, lambda: self.shutting_down),
+                                      **webhook_routes()}, settings.max_body_bytes),
+                             settings, self._webhook_tls.listener_context()),
+                "webhook", settings.header_timeout_seconds, self.metrics)
+
+    async def run(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        interceptors = [] if self.authorizer is None else self.authorizer.grpc_interceptors()
+        self._grpc = grpc.aio.server(interceptors=interceptors)
+        health_servicer = self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
+        add_admission_service(self.admission, self._grpc)
+        add_explain_service(self.explain, self._grpc)
+        reflection.enable_server_reflection(
+            (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            self._grpc)
+        if self.tls is None:
+            self.grpc_port = self._grpc.add_insecure_port(self.grpc_addr)
+        else:
+            self.grpc_port = self._grpc.add_secure_port(
+                self.grpc_addr, self.tls.grpc_credentials())
+        # Long-polls and Watch streams wait on this loop; the cache may publish from any
+        # thread, and the service hops onto the loop with call_soon_threadsafe.
+        self.admission.attach(loop)
+        await self._grpc.start()
+
+        async def set_health() -> None:
+            status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
+                      else health_pb2.HealthCheckResponse.NOT_SERVING)
+            for service in ("", ADMISSION_SERVICE, EXPLAIN_SERVICE):
+                # Ignored once shutting down (enter_graceful_shutdown is final).
+                await health_servicer.set(service, status)
+
+        await set_health()
+
+        # The cache becomes ready after start when it lists a live cluster: follow it.
+        def follow(_: object) -> None:
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(set_health()))
+
+        stop_following = self.cache.add_listener(follow)
+        log.info("serving HTTP%s on %s:%d, gRPC%s on port %d (%s)",
+                 "S" if self.tls else "", *self.http_sock.getsockname()[:2],
+                 " (TLS)" if self.tls else "", self.grpc_port, self.cache.source)
+        servers = [self._http.serve(sockets=[self.http_sock])]
+        if self._webhook is not None and self.webhook is not None:
+            servers.append(self._webhook.serve(sockets=[self.webhook.sock]))
+        serving = asyncio.ensure_future(asyncio.gather(*servers))
+        polling = asyncio.ensure_future(self._poll_certificates())
+        while not self._http.started and not serving.done():
+            await asyncio.sleep(0.005)
+        self.started.set()
+        if self.shutting_down and self._shutdown is None:  # stop() came before the loop
+            self._shutdown = asyncio.ensure_future(self._drain())
+        try:
+            await serving
+        finally:
+            polling.cancel()
+            stop_following()
+            self.admission.close()
+            if self._shutdown is not None:
+                await self._shutdown  # the gRPC server's own grace
+            else:  # the HTTP server ended without stop(): a failure, nothing to drain
+                await health_servicer.enter_graceful_shutdown()
+                await self._grpc.stop(grace=None)
+
+    def stop(self) -> None:
+        """Begin the shutdown (see the module's doc); call on the server's loop (a signal
+        handler, or ``loop.call_soon_threadsafe``). A second call cuts at once."""
+        if self.shutting_down:
+            log.warning("stopping now: in-flight requests are cut")
+            for server in (self._http, self._webhook):
+                if server is not None:
+                    server.force_exit = True
+                    server.should_exit = True
+            if self._shutdown is not None:
+                self._shutdown.cancel()  # no more delay, no more grace
+                self._shutdown = asyncio.ensure_future(self._cut())
+            return
+        self.shutting_down = True
+        if self._loop is not None:
+            self._shutdown = asyncio.ensure_future(self._drain())
+
+    async def _cut(self) -> None:
+        self.admission.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=None)
+
+    async def _drain(self) -> None:
+        settings = self.settings
+        log.info("shutting down: not ready now, closing listeners in %gs, then %gs for "
+                 "in-flight requests", settings.shutdown_delay_seconds,
+                 settings.shutdown_grace_seconds)
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if settings.shutdown_delay_seconds > 0:
+            # Keep serving everything but /readyz while the endpoints controller and the
+            # load balancers catch up: a scheduler may still send a request or two.
+            await asyncio.sleep(settings.shutdown_delay_seconds)
+        # Long-polls and Watch streams end now with what they have; the servers' graceful
+        # shutdown would otherwise wait for them.
+        self.admission.close()
+        for server in (self._http, self._webhook):
+            if server is not None:
+                server.should_exit = True  # uvicorn: close the listener, drain, then cut
+        if self._grpc is not None:
+            # New RPCs are refused at once; those in flight are cancelled after the grace.
+            await self._grpc.stop(grace=settings.shutdown_grace_seconds)
+
+    async def _poll_certificates(self) -> None:
+        reloaders = [r for r in (self.tls, self._webhook_tls) if r is not None]
+        if not reloaders:
+            return
+        while True:
+            await asyncio.sleep(self.cert_poll_seconds)
+            for reloader in reloaders:
+                try:
+                    reloader.check()
+                except Exception:
+                    # Nobody awaits this task: an exception would end it silently, and
+                    # no listener would reload again. Say why, and keep polling.
+                    log.exception("%s: checking the certificate files failed",
+                                  reloader.name)
+
+
+def _main_tls(settings: ServeSettings) -> CertReloader | None:
+    if not (settings.tls_cert or settings.tls_key or settings.client_ca):
+        return None
+    if not (settings.tls_cert and settings.tls_key):
+        # Settings read by extender.settings never get here (checked there, naming where
+        # each was set); a server built from bare ServeSettings must still not serve
+        # plain text when TLS was asked for.
+        raise ConfigError(["tls_cert, tls_key: TLS (and client_ca) needs both"])
+    return CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
+                        "TLS")

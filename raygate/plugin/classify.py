@@ -1,0 +1,185 @@
+"""Classification: GPU node? GPU pod? Which Ray role does a pod hold in its gang?
+
+Each answer comes with its reason in words, so ``explain`` and the logs can say why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import (
+    ClusterView,
+    NodeView,
+    PodView,
+    RayClusterView,
+    Role,
+)
+
+__all__ = [
+    "RoleVerdict",
+    "gpu_node_reason",
+    "gpu_pod_resources",
+    "group_floor",
+    "group_roles",
+    "pod_requests",
+    "pod_role",
+]
+
+HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group value on the head pod
+
+
+def gpu_node_reason(node: NodeView, config: PolicyConfig) -> str | None:
+    """Why ``node`` is a GPU node (the resource or label), or None for a CPU node."""
+    for resource in config.gpu_resources:
+        if node.allocatable.get(resource, 0) > 0:
+            return f"allocatable {resource}={node.allocatable[resource] // 1000}"
+    for key, value in config.gpu_node_labels.items():
+        if node.labels.get(key) == value:
+            return f"label {key}={value}"
+    return None
+
+
+def gpu_pod_resources(pod: PodView, config: PolicyConfig) -> tuple[str, ...]:
+    """The configured GPU resources any container or init container requests or limits."""
+    found: list[str] = []
+    for container in (*pod.containers, *pod.init_containers):
+        for resource in config.gpu_resources:
+            if resource in found:
+                continue
+            if container.requests.get(resource, 0) > 0 or container.limits.get(resource, 0) > 0:
+                found.append(resource)
+    return tuple(found)
+
+
+def pod_requests(pod: PodView) -> dict[str, int]:
+    """The pod's effective requests as the scheduler computes them (milli-units):
+    the larger of the app containers plus sidecars and any single init container, plus
+    the pod overhead; ``pods`` counts 1 (NodeResourcesFit's ``computePodResourceRequest``).
+    """
+    total: dict[str, int] = {}
+    for container in pod.containers:
+        _add(total, container.requests)
+    # Init containers run one at a time, each beside the sidecars started before it;
+    # sidecars also keep running beside the app (k8s.io/component-helpers resource.PodRequests).
+    init_peak: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    for init in pod.init_containers:
+        if init.sidecar:
+            _add(total, init.requests)
+            _add(sidecars, init.requests)
+            during = sidecars
+        else:
+            during = dict(sidecars)
+            _add(during, init.requests)
+        for resource, value in during.items():
+            init_peak[resource] = max(init_peak.get(resource, 0), value)
+    for resource, value in init_peak.items():
+        total[resource] = max(total.get(resource, 0), value)
+    _add(total, pod.overhead)
+    total["pods"] = 1000
+    return total
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for resource, value in more.items():
+        into[resource] = into.get(resource, 0) + value
+
+
+def group_floor(cluster: RayClusterView, group: str) -> int:
+    """The number of pods of ``group`` that hold the gang floor.
+
+    Mirrors how KubeRay sizes the Volcano PodGroup's ``minMember`` (ecosystem.md §1.3):
+    ``minReplicas × numOfHosts`` with in-tree autoscaling, else
+    ``clamp(replicas, min, max) × numOfHosts``; suspended groups and unknown groups count
+    nothing. The head group's floor is 1.
+    """
+    if group == HEAD_GROUP:
+        return 1
+    spec = cluster.worker_group(group)
+    if spec is None or spec.suspended or cluster.suspended:
+        return 0
+    if cluster.autoscaling:
+        return spec.min_replicas * spec.num_of_hosts
+    replicas = spec.min_replicas if spec.replicas is None else spec.replicas
+    replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
+    return replicas * spec.num_of_hosts
+
+
+@dataclass(frozen=True, slots=True)
+class RoleVerdict:
+    role: Role
+    reason: str
+
+
+def _live(pod: PodView) -> bool:
+    return not pod.terminal and pod.deleted is None
+
+
+def group_roles(
+    pods: Iterable[PodView], floor: int, is_gpu_node: Mapping[str, bool] | None = None
+) -> dict[str, Role]:
+    """Floor or surplus for every live pod of one worker group, by UID.
+
+    ``r`` live pods over a floor ``f`` make ``r - f`` surplus. The surplus are chosen so
+    that losing them hurts least: pods on GPU nodes first (they are the ones a GPU job
+    wants gone), then pending pods (nothing to lose, and this keeps ``pod_role``'s rule for
+    a pending pod consistent), then the youngest. Ties break on the name, so the answer
+    is stable across calls.
+    """
+    live = [p for p in pods if _live(p)]
+    gpu = is_gpu_node or {}
+
+    def surplus_first(pod: PodView) -> tuple[int, int, float, str]:
+        on_gpu = 0 if pod.node_name and gpu.get(pod.node_name, False) else 1
+        pending = 0 if not pod.node_name else 1
+        return (on_gpu, pending, -(pod.created or 0.0), pod.name)
+
+    live.sort(key=surplus_first)
+    surplus = max(len(live) - floor, 0)
+    return {p.uid: (Role.SURPLUS if i < surplus else Role.FLOOR) for i, p in enumerate(live)}
+
+
+def pod_role(pod: PodView, view: ClusterView) -> RoleVerdict:
+    """The Ray role of ``pod``, which may be unknown to the cache (kube-scheduler sends pods
+    its watch saw before ours): classified from the pod plus what the cache knows of its
+    RayCluster and group."""
+    if pod.ray_node_type == "head":
+        return RoleVerdict(Role.HEAD, "the head pod is always part of the gang floor")
+    key = pod.group_key
+    cluster = view.raycluster(pod.namespace, key.cluster)
+    if cluster is None:
+        return RoleVerdict(
+            Role.FLOOR,
+            f"RayCluster {pod.namespace}/{key.cluster} is unknown to raygate; "
+            "treated as floor (the safe side)",
+        )
+    floor = group_floor(cluster, key.group)
+    if not pod.node_name:
+        # A pending pod fills the floor first: it is floor while the group's scheduled
+        # pods are below it.
+        scheduled = view.scheduled_count(key)
+        if scheduled < floor:
+            return RoleVerdict(
+                Role.FLOOR, f"group {key.group} has {scheduled} of floor {floor} pods scheduled"
+            )
+        return RoleVerdict(
+            Role.SURPLUS,
+            f"group {key.group} already has {scheduled} scheduled pods for a floor of {floor}",
+        )
+    if not _live(pod):
+        return RoleVerdict(Role.SURPLUS, "terminating or finished: no longer part of the floor")
+    pods = view.group_pods(key)
+    if all(p.uid != pod.uid for p in pods):
+        pods = (*pods, pod)  # bound, but not in the cache yet (e.g. placed in-session)
+    roles = group_roles(pods, floor, _gpu_lookup(view, pods))
+    role = roles.get(pod.uid, Role.FLOOR)
+    if role is Role.SURPLUS:
+        return RoleVerdict(
+            Role.SURPLUS, f"one of the pods above floor {floor} in group {key.group}")
+    return RoleVerdict(Role.FLOOR, f"one of the {floor} floor pods of group {key.group}")
+
+
+def _gpu_lookup(view: ClusterView, pods: Iterable[PodView]) -> dict[str, bool]:
+    return {p.node_name: bool(view.is_gpu_node(p.node_name)) for p in pods if p.node_name}

@@ -1,0 +1,118 @@
+"""``raygate explain``: why a pod would be placed where it would, node by node.
+
+The same decision ``filter`` and ``prioritize`` make (``placement.decide``), spelled out:
+each node's class and why, the filter verdict and rule, the score; the pod's role and
+why, and the thrash guard's state. Tests hold it to what the extender really answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raygate.plugin.admission import admission_status, is_running
+from raygate.plugin.classify import gpu_node_reason
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import ClusterView, NodeView, PodView
+from raygate.plugin.placement import Decision, Placement, decide, score, thrash_guard_until
+
+__all__ = ["Explanation", "NodeExplanation", "explain"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExplanation:
+    name: str
+    node_class: str
+    """``gpu``, ``cpu`` or ``unknown`` (not in raygate's cache)."""
+    class_reason: str
+    passes: bool
+    rule: str
+    """The rule that refused the node, or ``""`` when it passes."""
+    reason: str
+    score: int | None
+    """kube-scheduler's 0..10; None when raygate gives no score (unmanaged pod, unknown
+    node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    pod: str
+    verdict: str
+    rule: str
+    role: str
+    """``head``, ``floor``, ``surplus``, or ``""`` for pods raygate does not manage."""
+    reason: str
+    thrash_guard_until: float | None
+    thrash_guard_active: bool
+    nodes: tuple[NodeExplanation, ...]
+    """Best first: passing before refused, then by score, then by name."""
+    admission_state: str = ""
+    """As the admission status says (``WaitingForCapacity``, …), ``Running``, or ``""``
+    when the RayCluster is unknown or the pod is not a Ray pod."""
+    admission_reason: str = ""
+
+
+def _node(name: str, view_node: NodeView | None, decision: Decision,
+          config: PolicyConfig) -> NodeExplanation:
+    if view_node is None:
+        return NodeExplanation(name, "unknown", "not in raygate's cache: passes (fail open)",
+                               True, "", "raygate does not know this node", None)
+    why_gpu = gpu_node_reason(view_node, config)
+    is_gpu = why_gpu is not None
+    node_class, class_reason = ("gpu", why_gpu) if why_gpu else (
+        "cpu", "no GPU resource allocatable and no GPU label")
+    managed = decision.placement is not Placement.UNMANAGED
+    refusal = decision.refusal(is_gpu)
+    return NodeExplanation(
+        name, node_class, class_reason or "",
+        passes=refusal is None,
+        rule=decision.rule.value if refusal is not None else "",
+        reason=refusal if refusal is not None else (
+            "passes" if managed else f"passes: {decision.reason}"),
+        score=score(is_gpu) if managed else None,
+    )
+
+
+def explain(
+    pod: PodView,
+    view: ClusterView,
+    config: PolicyConfig,
+    now: float,
+    node_names: Sequence[str],
+) -> Explanation:
+    decision = decide(pod, view, config, now)
+    until = thrash_guard_until(pod, view, config) if pod.is_ray else None
+    state, why = _admission(pod, view, config, now)
+    nodes = sorted(
+        (_node(name, view.node(name), decision, config) for name in node_names),
+        key=lambda n: (not n.passes, -(n.score if n.score is not None else -1), n.name),
+    )
+    return Explanation(
+        pod=pod.ref,
+        verdict=decision.placement.value,
+        rule=decision.rule.value,
+        role=decision.role.value if decision.role is not None else "",
+        reason=decision.reason,
+        thrash_guard_until=until,
+        thrash_guard_active=until is not None and now < until,
+        nodes=tuple(nodes),
+        admission_state=state,
+        admission_reason=why,
+    )
+
+
+def _admission(pod: PodView, view: ClusterView, config: PolicyConfig,
+               now: float) -> tuple[str, str]:
+    if not pod.is_ray:
+        return "", ""
+    cluster = view.raycluster(pod.namespace, pod.ray_cluster)
+    if cluster is None:
+        return "", f"RayCluster {pod.namespace}/{pod.ray_cluster} is unknown to raygate"
+    for status in admission_status(cluster, view, config, now).status.pods:
+        if status.uid == pod.uid:
+            return status.state.value, status.reason
+    if is_running(pod):
+        return "Running", "running and ready"
+    if view.pod(pod.uid) is None:
+        return "", "not in raygate's cache"
+    return "", "not in the admission status (finished or being deleted)"

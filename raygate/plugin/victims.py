@@ -1,0 +1,244 @@
+"""Victim choice for a preemption: protect the gang floor, prefer overflow workers.
+
+A plain function, as Volcano's gang plugin writes it: the preemptor and the scheduler's
+candidates in, the victims raygate agrees to and a record of what it changed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from raygate.plugin.classify import group_floor, group_roles, pod_requests
+from raygate.plugin.model import ANNOTATION_PREEMPTABLE, ClusterView, GroupKey, PodView, Role
+
+__all__ = [
+    "Candidate",
+    "NodeOutcome",
+    "VolcanoVote",
+    "protection",
+    "select_victims",
+    "volcano_victims",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """The scheduler's proposal for one node. ``victims`` holds the pods raygate could
+    resolve; ``unknown_uids`` the UIDs its cache has not seen (yet)."""
+
+    node_name: str
+    victims: tuple[PodView, ...]
+    unknown_uids: tuple[str, ...] = ()
+    num_pdb_violations: int = 0
+
+
+@dataclass(slots=True)
+class NodeOutcome:
+    node_name: str
+    victims: list[str] = field(default_factory=list)
+    """UIDs in decreasing priority; empty when the node is dropped."""
+    num_pdb_violations: int = 0
+    removed: list[tuple[str, str]] = field(default_factory=list)
+    """(pod ``ns/name``, why it is protected)."""
+    substituted: list[str] = field(default_factory=list)
+    """Pods added in place of protected ones, ``ns/name``."""
+    dropped: str = ""
+    """Why the node was dropped; empty when it is kept."""
+    all_surplus: bool = False
+
+
+class _Roles:
+    """Floor/surplus roles per group, computed once per call."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self._view = view
+        self._memo: dict[GroupKey, Mapping[str, Role]] = {}
+
+    def of(self, pod: PodView) -> Role | None:
+        """None: not a Ray pod. Unknown RayCluster: FLOOR (the safe side)."""
+        if not pod.is_ray:
+            return None
+        if pod.ray_node_type == "head":
+            return Role.HEAD
+        if pod.deleted is not None or pod.terminal:
+            return Role.SURPLUS  # already leaving: no longer part of the floor
+        key = pod.group_key
+        roles = self._memo.get(key)
+        if roles is None:
+            cluster = self._view.raycluster(key.namespace, key.cluster)
+            if cluster is None:
+                roles = {}
+            else:
+                pods = self._view.group_pods(key)
+                gpu = {p.node_name: bool(self._view.is_gpu_node(p.node_name))
+                       for p in pods if p.node_name}
+                roles = group_roles(pods, group_floor(cluster, key.group), gpu)
+            self._memo[key] = roles
+        return roles.get(pod.uid, Role.FLOOR)
+
+
+def protection(pod: PodView, role: Role | None) -> str:
+    """Why ``pod`` must not be a victim, or "" when it may go."""
+    opted_out = pod.opted_out_of_preemption
+    if opted_out:
+        value = (pod.annotations if opted_out == "annotation" else pod.labels)[
+            ANNOTATION_PREEMPTABLE]
+        return f'{opted_out} {ANNOTATION_PREEMPTABLE}: "{value}"'
+    if role is Role.HEAD:
+        return "Ray head"
+    if role is Role.FLOOR:
+        return f"holds the gang floor of group {pod.group_key}"
+    return ""
+
+
+def _importance(pod: PodView) -> tuple[int, float]:
+    # kube-scheduler's MoreImportantPod: higher priority first, then the earlier start.
+    return (-pod.priority, pod.created or 0.0)
+
+
+def _fits(need: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    return all(free.get(resource, 0) >= amount for resource, amount in need.items() if amount > 0)
+
+
+def select_victims(
+    preemptor: PodView,
+    candidates: Sequence[Candidate],
+    view: ClusterView,
+) -> list[NodeOutcome]:
+    """Decide, per candidate node, which victims raygate agrees to.
+
+    Protected pods (floor, head, ``volcano.sh/preemptable: "false"``) are removed. If the
+    preemptor then no longer fits on the node — allocatable minus the requests of every
+    pod the cache has there, terminating ones included, plus what the remaining victims
+    free — other surplus Ray pods of lower priority on the same node are added, lowest
+    priority first; failing that, the node is dropped. Finally, when some node's victims
+    are all Ray surplus workers, nodes whose victims include anything else are dropped.
+    Victim lists come out in decreasing priority, as kube-scheduler's SelectCandidate
+    reads ``Pods[0]`` as the most important victim.
+    """
+    roles = _Roles(view)
+    need = pod_requests(preemptor)
+    outcomes = [_one_node(preemptor, need, c, view, roles) for c in candidates]
+    if any(o.all_surplus for o in outcomes if not o.dropped):
+        for outcome in outcomes:
+            if not outcome.dropped and not outcome.all_surplus:
+                outcome.dropped = "another candidate needs only Ray surplus workers as victims"
+                outcome.victims = []
+    return outcomes
+
+
+def _one_node(
+    preemptor: PodView, need: Mapping[str, int], candidate: Candidate,
+    view: ClusterView, roles: _Roles,
+) -> NodeOutcome:
+    outcome = NodeOutcome(candidate.node_name, num_pdb_violations=candidate.num_pdb_violations)
+    kept: list[PodView] = []
+    for pod in candidate.victims:
+        why = protection(pod, roles.of(pod))
+        if why:
+            outcome.removed.append((pod.ref, why))
+        else:
+            kept.append(pod)
+    node = view.node(candidate.node_name)
+    if node is None:
+        # Fail open: raygate cannot size an unknown node. Pass the scheduler's choice
+        # through unless a protected pod had to be taken out, which would leave the
+        # preemptor's room unproven.
+        if outcome.removed:
+            outcome.dropped = "node unknown to raygate and protected victims were removed"
+            return outcome
+        outcome.victims = [p.uid for p in sorted(kept, key=_importance)]
+        outcome.victims.extend(candidate.unknown_uids)
+        outcome.all_surplus = _all_surplus(kept, roles) and not candidate.unknown_uids
+        return outcome
+
+    if outcome.removed:
+        free = dict(node.allocatable)
+        on_node = view.pods_on_node(node.name)
+        for pod in on_node:
+            if not pod.terminal:  # terminating pods still hold their resources
+                for resource, amount in pod_requests(pod).items():
+                    free[resource] = free.get(resource, 0) - amount
+        chosen = {p.uid for p in kept}
+        # UIDs the cache has not seen are not in ``on_node``: they free nothing we know of.
+        for pod in kept:
+            for resource, amount in pod_requests(pod).items():
+                free[resource] = free.get(resource, 0) + amount
+        if not _fits(need, free):
+            spare = [
+                p for p in on_node
+                if p.uid not in chosen and not p.terminal and p.deleted is None
+                and p.priority < preemptor.priority and p.uid != preemptor.uid
+                and roles.of(p) is Role.SURPLUS and not protection(p, Role.SURPLUS)
+            ]
+            spare.sort(key=lambda p: (p.priority, -(p.created or 0.0), p.name))
+            for pod in spare:
+                if _fits(need, free):
+                    break
+                kept.append(pod)
+                outcome.substituted.append(pod.ref)
+                for resource, amount in pod_requests(pod).items():
+                    free[resource] = free.get(resource, 0) + amount
+            if not _fits(need, free):
+                outcome.dropped = "no room for the preemptor without evicting protected pods"
+                outcome.substituted = []
+                return outcome
+
+    if not kept and not candidate.unknown_uids:
+        outcome.dropped = "every proposed victim is protected"
+        return outcome
+    kept.sort(key=_importance)
+    outcome.victims = [p.uid for p in kept] + list(candidate.unknown_uids)
+    outcome.all_surplus = _all_surplus(kept, roles) and not candidate.unknown_uids
+    return outcome
+
+
+def _all_surplus(pods: Sequence[PodView], roles: _Roles) -> bool:
+    return bool(pods) and all(roles.of(p) is Role.SURPLUS for p in pods)
+
+
+@dataclass(slots=True)
+class VolcanoVote:
+    """raygate's answer to Volcano's ``preemptable``/``reclaimable``."""
+
+    vote: int
+    """1 permit (with ``keep`` as the victims), 0 abstain."""
+    keep: list[int] = field(default_factory=list)
+    """Indices of the evictees that may go, in the order to return them."""
+    removed: list[tuple[str, str]] = field(default_factory=list)
+
+
+PERMIT, ABSTAIN = 1, 0  # util.Permit / util.Abstain in Volcano
+
+
+def volcano_victims(
+    evictor: PodView | None, evictees: Sequence[PodView], view: ClusterView
+) -> VolcanoVote:
+    """Which of Volcano's candidate evictees may go.
+
+    Abstains when neither the evictor nor any evictee concerns raygate (no Ray pod, no
+    ``volcano.sh/preemptable: "false"``). Otherwise permits the evictees that are not
+    protected (floor, head, preemptable=false), surplus workers on GPU nodes first, then
+    the rest in Volcano's order. When all are protected the permit carries an empty list,
+    which vetoes eviction in raygate's tier — the floor holds.
+    """
+    roles = _Roles(view)
+    concerned = (evictor is not None and evictor.is_ray) or any(
+        p.is_ray or p.opted_out_of_preemption for p in evictees)
+    if not concerned:
+        return VolcanoVote(ABSTAIN, list(range(len(evictees))))
+    vote = VolcanoVote(PERMIT)
+    gpu_surplus: list[int] = []
+    rest: list[int] = []
+    for i, pod in enumerate(evictees):
+        role = roles.of(pod)
+        why = protection(pod, role)
+        if why:
+            vote.removed.append((pod.ref, why))
+        elif role is Role.SURPLUS and view.is_gpu_node(pod.node_name):
+            gpu_surplus.append(i)
+        else:
+            rest.append(i)
+    vote.keep = gpu_surplus + rest
+    return vote
