@@ -17,12 +17,13 @@ import yaml
 
 from raygate.extender.cache import ClusterCache
 from raygate.extender.cli import _parser
-from raygate.extender.http import health_routes, scheduler_routes, volcano_routes, webhook_routes
+from raygate.extender.health import health_routes
 from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
-from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.scheduler_api import SchedulerExtender, scheduler_routes
 from raygate.extender.settings import load_config_file, parse_addr
 from raygate.extender.snapshot_files import load_files
-from raygate.extender.volcano_api import VolcanoExtender
+from raygate.extender.volcano_api import VolcanoExtender, volcano_routes
+from raygate.extender.webhook import webhook_routes
 from raygate.plugin.config import PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent

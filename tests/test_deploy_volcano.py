@@ -11,8 +11,7 @@ from typing import Any
 import yaml
 
 from raygate.extender.cache import ClusterCache
-from raygate.extender.http import volcano_routes
-from raygate.extender.volcano_api import VolcanoExtender
+from raygate.extender.volcano_api import VolcanoExtender, volcano_routes
 from raygate.plugin.config import PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -372,8 +372,7 @@ def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
 
 
 def test_authz_and_config_reloads_are_read_at_scrape_time() -> None:
-    from raygate.extender.authz import AuthzCounts
-    from raygate.extender.metrics import Metrics
+    from raygate.extender.metrics import AuthzCounts, Metrics
 
     metrics, counts, reloads = Metrics(), AuthzCounts(), {"ok": 0, "failed": 0}
     metrics.watch_authz(counts)

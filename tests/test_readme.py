@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from raygate.extender.cache import ClusterCache
-from raygate.extender.http import scheduler_routes
-from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.scheduler_api import SchedulerExtender, scheduler_routes
 from raygate.plugin.config import PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent

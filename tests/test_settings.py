@@ -451,3 +451,10 @@ def test_the_shipped_config_map_and_deployment_agree(tmp_path: Path) -> None:
             < pod["terminationGracePeriodSeconds"])
     # Apart from those, the file spells out the defaults.
     assert replace(settings, config_file="", shutdown_delay_seconds=0.0) == ServeSettings()
+
+
+def test_in_cluster_is_decided_by_the_variable_the_kubernetes_client_reads() -> None:
+    from kubernetes.config.incluster_config import SERVICE_HOST_ENV_NAME
+
+    from raygate.extender.settings import IN_CLUSTER_ENV
+    assert IN_CLUSTER_ENV == SERVICE_HOST_ENV_NAME

@@ -32,7 +32,8 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from importlib import resources
 
@@ -308,6 +309,13 @@ class AdmissionService:
         if generation is None or self._stale(generation):
             generation = self._complete(self._build_for_now())
         return generation
+
+    def pod_states(self) -> Iterator[tuple[Key, Counter[str]]]:
+        """Pods not running by admission state, per RayCluster, for ``/metrics``.
+        Scrapes run on the server's event loop, as admission requests do: ``current``
+        finishes a rebuild in progress, so the counts are those of the current snapshot."""
+        for key, entry in sorted(self.current().entries.items()):
+            yield key, Counter(p.state.value for p in entry.derivation.status.pods)
 
     def refresh(self) -> None:
         """Bring the statuses up to date and wake whoever waits for a change: in the

@@ -47,10 +47,9 @@ import hashlib
 import logging
 import time
 import traceback
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 import grpc
@@ -73,8 +72,9 @@ from raygate.extender.kube.reviews import (
     ReviewUnavailable,
     User,
 )
+from raygate.extender.metrics import AuthzCounts
 
-__all__ = ["Authorizer", "AuthzCounts", "bearer_token"]
+__all__ = ["Authorizer", "bearer_token"]
 
 log = logging.getLogger("raygate.authz")
 
@@ -146,18 +146,6 @@ class _Answers(Generic[K, V]):
     def put(self, key: K, value: V, positive: bool, ttl: float, now: float) -> None:
         # A key is reviewed only when neither map holds it: no stale twin to drop.
         (self.positive if positive else self.negative).put(key, value, ttl, now)
-
-
-@dataclass
-class AuthzCounts:
-    """What the authorizer did, for ``/metrics`` (read at scrape time, on the loop)."""
-
-    decisions: Counter[str] = field(default_factory=Counter)
-    """By outcome: allowed, unauthenticated, forbidden, unavailable."""
-    reviews: Counter[tuple[str, str]] = field(default_factory=Counter)
-    """API calls by (kind: tokenreview | subjectaccessreview, result: ok | error)."""
-    cache_hits: Counter[str] = field(default_factory=Counter)
-    """Answers from the cache, by kind."""
 
 
 T = TypeVar("T")

@@ -19,12 +19,9 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
-import msgspec
-
-from raygate.extender.cache import ClusterCache, KindReport
 from raygate.extender.errors import (
     JSON,
     MethodNotAllowed,
@@ -36,27 +33,20 @@ from raygate.extender.errors import (
     Unavailable,
     reply_for,
 )
-from raygate.extender.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from raygate.extender.metrics import OTHER_ROUTE, Metrics, RouteMetrics
-from raygate.extender.scheduler_api import SchedulerExtender
-from raygate.extender.volcano_api import VolcanoExtender
-from raygate.extender.webhook import mutate_ray_pods
 
 __all__ = [
     "API_MAX_BODY",
     "DEFAULT_MAX_BODY",
+    "OTHER_ROUTE",
     "AsyncRoute",
     "Gate",
     "HttpApp",
     "Request",
     "Response",
     "Route",
+    "RouteObserver",
+    "RouteTimer",
     "SyncRoutes",
-    "health_routes",
-    "metrics_routes",
-    "scheduler_routes",
-    "volcano_routes",
-    "webhook_routes",
 ]
 
 log = logging.getLogger("raygate.http")
@@ -65,6 +55,27 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+OTHER_ROUTE = "other"
+"""The ``route`` every request to a path no route serves is counted under."""
+
+
+class RouteTimer(Protocol):
+    """What one route's requests are reported to (``raygate.extender.metrics`` binds one
+    per route): the HTTP layer knows no metrics library, only this."""
+
+    def done(self, status: int, seconds: float) -> None: ...
+
+    def error(self, reason: str) -> None: ...
+
+
+class RouteObserver(Protocol):
+    """Hands out a ``RouteTimer`` per route and watches the gates of gated routes."""
+
+    def route(self, path: str) -> RouteTimer: ...
+
+    def watch_gate(self, route: str, gate: Gate) -> None: ...
+
 
 # A 5,000-node NodeList (nodeCacheCapable: false) is about 36 MB; leave room above it.
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
@@ -176,88 +187,19 @@ class _AsyncRoutes:
         return None
 
 
-class _Health(msgspec.Struct):
-    status: str
-    source: str = ""
-    objects: dict[str, int] = msgspec.field(default_factory=dict)
-    # A cluster source only: per-kind list/watch state, and the CRDs not installed.
-    kinds: dict[str, KindReport] | msgspec.UnsetType = msgspec.UNSET
-    absent: list[str] | msgspec.UnsetType = msgspec.UNSET
-
-
-def health_routes(
-    cache: ClusterCache, shutting_down: Callable[[], bool] = lambda: False,
-) -> dict[str, Route]:
-    """``/healthz`` (the process is alive) and ``/readyz`` (the cache is loaded, and the
-    server is not shutting down)."""
-
-    def healthz(_: bytes) -> bytes:
-        # Stays 200 while shutting down: the kubelet must not restart a draining pod.
-        return b'{"status":"ok"}'
-
-    def readyz(_: bytes) -> Reply:
-        ready = cache.ready and not shutting_down()
-        status = ("shutting-down" if shutting_down() else
-                  "ready" if cache.ready else "not-ready")
-        body = _Health(status=status, source=cache.source, objects=cache.snapshot.counts())
-        if cache.sync is not None:
-            body.kinds, body.absent = cache.sync.report(), cache.sync.absent()
-        return (200 if ready else 503), msgspec.json.encode(body), JSON
-
-    return {"/healthz": Route(b"GET", healthz), "/readyz": Route(b"GET", readyz)}
-
-
-def scheduler_routes(scheduler: SchedulerExtender) -> dict[str, Route]:
-    """kube-scheduler's extender verbs under ``/scheduler/``."""
-    return {
-        "/scheduler/filter": Route(b"POST", scheduler.filter, Peer.SCHEDULER_FILTER),
-        "/scheduler/prioritize": Route(b"POST", scheduler.prioritize),
-        "/scheduler/preempt": Route(b"POST", scheduler.preempt),
-    }
-
-
-def volcano_routes(
-    volcano: VolcanoExtender, predicate_gate: Gate | None = None,
-) -> dict[str, Route]:
-    """Volcano's extender plugin verbs under ``/volcano/``, named as the verbs in the
-    README's volcano-scheduler.conf. ``predicate_gate`` bounds the predicate calls in
-    flight: Volcano makes one per (task, node)."""
-    return {
-        "/volcano/onSessionOpen": Route(b"POST", volcano.session, discard_body=True),
-        "/volcano/onSessionClose": Route(b"POST", volcano.session, discard_body=True),
-        "/volcano/predicate": Route(b"POST", volcano.predicate, Peer.VOLCANO_PREDICATE,
-                                    gate=predicate_gate),
-        "/volcano/prioritize": Route(b"POST", volcano.prioritize, Peer.VOLCANO_PRIORITIZE),
-        "/volcano/preemptable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
-        "/volcano/reclaimable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
-        "/volcano/jobEnqueueable": Route(b"POST", volcano.job_enqueueable,
-                                         Peer.VOLCANO_VOTE),
-    }
-
-
-def webhook_routes() -> dict[str, Route]:
-    """The admission webhook, served on the HTTPS listener (``--webhook-addr``)."""
-    return {"/mutate/ray-pods": Route(b"POST", mutate_ray_pods)}
-
-
-def metrics_routes(metrics: Metrics) -> dict[str, Route]:
-    """``/metrics``: Prometheus' text exposition of ``metrics``' registry."""
-    return {"/metrics": Route(b"GET", metrics.exposition, content_type=METRICS_CONTENT_TYPE)}
-
-
 class SyncRoutes:
     """The exact-path ``Route``s, their metrics and the one place their handlers run:
     shared by the ASGI app and the protocol's fast path (``raygate.extender.fast_path``)."""
 
     def __init__(self, routes: Mapping[str, Route], max_body: int,
-                 metrics: Metrics | None) -> None:
+                 metrics: RouteObserver | None) -> None:
         self.routes = dict(routes)
         self.by_raw_path = {path.encode(): route for path, route in routes.items()}
         """The same routes under the request target's raw bytes, for the fast path."""
         self.max_body = max_body
         # Label children bound once per route here, not per request.
-        self.timers: dict[str, RouteMetrics] = {}
-        self.other: RouteMetrics | None = None
+        self.timers: dict[str, RouteTimer] = {}
+        self.other: RouteTimer | None = None
         if metrics is not None:
             self.timers = {path: metrics.route(path) for path in routes}
             self.other = metrics.route(OTHER_ROUTE)
@@ -270,7 +212,7 @@ class SyncRoutes:
         return self.max_body if route.max_body is None else min(route.max_body, self.max_body)
 
     def answer(self, route: Route, method: str, path: str, body: bytes,
-               timer: RouteMetrics | None) -> Reply:
+               timer: RouteTimer | None) -> Reply:
         """``route``'s handler on ``body``, errors mapped to replies."""
         try:
             result = route.handler(body)
@@ -282,7 +224,7 @@ class SyncRoutes:
 
     @staticmethod
     def failed(exc: Exception, route: Route | None, method: str, path: str,
-               timer: RouteMetrics | None) -> Reply:
+               timer: RouteTimer | None) -> Reply:
         """The reply to ``exc``: a ``RaygateError`` in the route's protocol, anything else
         a bug — logged with its traceback, and the peer still gets an answer."""
         if isinstance(exc, RaygateError):
@@ -303,7 +245,7 @@ class HttpApp:
     ``sync`` is also read by the protocol's fast path."""
 
     def __init__(self, routes: Mapping[str, Route | AsyncRoute],
-                 max_body: int = DEFAULT_MAX_BODY, metrics: Metrics | None = None) -> None:
+                 max_body: int = DEFAULT_MAX_BODY, metrics: RouteObserver | None = None) -> None:
         self.sync = SyncRoutes({p: r for p, r in routes.items() if isinstance(r, Route)},
                                max_body, metrics)
         self.async_routes = _AsyncRoutes.of(
@@ -369,7 +311,7 @@ def _head(content_type: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
 
 
 async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
-                *, timer: RouteMetrics | None, started: float) -> None:
+                *, timer: RouteTimer | None, started: float) -> None:
     """The reply, then its count and time in the route's metrics."""
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -379,7 +321,7 @@ async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], bod
 
 async def _serve_async(
     route: AsyncRoute, params: dict[str, str], scope: Scope, receive: Receive, send: Send,
-    *, max_body: int, timer: RouteMetrics | None = None,
+    *, max_body: int, timer: RouteTimer | None = None,
 ) -> None:
     # A long-poll's time includes its wait (up to timeoutSeconds): read these routes'
     # latency with that in mind.
@@ -421,7 +363,7 @@ RETRY_AFTER_SECONDS = 1
 
 
 async def _shed(gate: Gate, scope: Scope, send: Send,
-                timer: RouteMetrics | None, started: float) -> None:
+                timer: RouteTimer | None, started: float) -> None:
     """503 at once, in plain HTTP whatever the route's protocol: Volcano's extender client
     reads only the status of a non-200 (``send`` in pkg/scheduler/plugins/extender), so a
     predicate refused here fails this node for the task in this session, or — with

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -37,25 +38,27 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from raygate.plugin.placement import Rule
+from raygate.extender.http import Gate, Route
+from raygate.plugin.placement import Decision, Rule
 
-if TYPE_CHECKING:  # extender.admission_api imports extender.http, which imports us
-    from raygate.extender.admission_api import AdmissionService
-    from raygate.extender.authz import AuthzCounts
+if TYPE_CHECKING:
     from raygate.extender.cache import ClusterCache, KindReport
-    from raygate.extender.http import Gate
     from raygate.extender.tls import CertReloader
 
 __all__ = [
     "CONTENT_TYPE",
     "LATENCY_BUCKETS",
-    "OTHER_ROUTE",
+    "AuthzCounts",
     "Metrics",
     "RouteMetrics",
     "VerbMetrics",
+    "metrics_routes",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
+
+PodStates = Iterable[tuple[tuple[str, str], Mapping[str, int]]]
+"""((namespace, RayCluster), {admission state: pods}) for every RayCluster."""
 
 # A filter over a few hundred names answers in tens to a hundred-odd microseconds: the
 # buckets start at 50 µs so that its p99 is visible at all, and pass the httpTimeout the
@@ -64,7 +67,6 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
 LATENCY_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
                    100e-3, 250e-3, 1.0, 2.5)
 
-OTHER_ROUTE = "other"
 """The ``route`` label of paths raygate does not serve: one series for every scanner."""
 
 
@@ -194,6 +196,13 @@ class VerbMetrics:
         self.victims_substituted = metrics.victims.labels(verb, "substituted")
         self.nodes_dropped = metrics.preempt_nodes_dropped.labels(verb)
 
+    def count(self, decision: Decision) -> None:
+        """A placement decision: its rule, and a fail-open when the pod's RayCluster was
+        unknown (the pod was decided as floor, the safe side)."""
+        self.decisions[decision.rule].inc()
+        if decision.cluster_unknown:
+            self.unknown_rayclusters.inc()
+
 
 class Metrics:
     """raygate's metrics over a registry of their own."""
@@ -258,9 +267,10 @@ class Metrics:
         """Objects per kind and list/watch state of ``cache``, read at scrape time."""
         self.registry.register(_CacheCollector(cache))
 
-    def watch_admission(self, service: AdmissionService) -> None:
-        """Pods per admission state and RayCluster, read at scrape time."""
-        self.registry.register(_AdmissionCollector(service))
+    def watch_admission(self, pod_states: Callable[[], PodStates]) -> None:
+        """Pods per admission state and RayCluster, read at scrape time from
+        ``pod_states`` (the admission service's)."""
+        self.registry.register(_AdmissionCollector(pod_states))
 
     def watch_gate(self, route: str, gate: Gate) -> None:
         """A route's concurrency bound: requests refused and in flight, read at scrape
@@ -330,19 +340,15 @@ def _sync_families(reports: Iterable[tuple[str, KindReport]]) -> Iterator[Metric
 
 
 class _AdmissionCollector(Collector):
-    def __init__(self, service: AdmissionService) -> None:
-        self.service = service
+    def __init__(self, pod_states: Callable[[], PodStates]) -> None:
+        self.pod_states = pod_states
 
     def collect(self) -> Iterable[Metric]:
         pods = GaugeMetricFamily(
             "raygate_admission_pods",
             "Pods not running, by RayCluster and admission state (counts only).",
             labels=["namespace", "raycluster", "state"])
-        # Scrapes run on the server's event loop, as admission requests do: `current`
-        # finishes a rebuild in progress, so the counts are those of the current snapshot.
-        generation = self.service.current()
-        for (namespace, name), entry in sorted(generation.entries.items()):
-            states = Tally(p.state.value for p in entry.derivation.status.pods)
+        for (namespace, name), states in self.pod_states():
             for state, count in sorted(states.items()):
                 pods.add_metric([namespace, name, state], count)
         yield pods
@@ -383,6 +389,19 @@ class _LimitCollector(Collector):
         return [shed, busy, reloads, config]
 
 
+@dataclass
+class AuthzCounts:
+    """What the authorizer of the status APIs did (``raygate.extender.authz`` counts here;
+    read at scrape time, on the loop)."""
+
+    decisions: Tally[str] = field(default_factory=Tally)
+    """By outcome: allowed, unauthenticated, forbidden, unavailable."""
+    reviews: Tally[tuple[str, str]] = field(default_factory=Tally)
+    """API calls by (kind: tokenreview | subjectaccessreview, result: ok | error)."""
+    cache_hits: Tally[str] = field(default_factory=Tally)
+    """Answers from the cache, by kind."""
+
+
 class _AuthzCollector(Collector):
     def __init__(self, counts: AuthzCounts) -> None:
         self.counts = counts
@@ -409,3 +428,8 @@ class _AuthzCollector(Collector):
         for kind, count in sorted(self.counts.cache_hits.items()):
             hits.add_metric([kind], count)
         return [decisions, reviews, hits]
+
+
+def metrics_routes(metrics: Metrics) -> dict[str, Route]:
+    """``/metrics``: Prometheus' text exposition of ``metrics``' registry."""
+    return {"/metrics": Route(b"GET", metrics.exposition, content_type=CONTENT_TYPE)}

@@ -16,16 +16,17 @@ import msgspec
 
 from raygate.extender import convert
 from raygate.extender.cache import ClusterCache, Snapshot
-from raygate.extender.errors import BadRequest, MissingField
+from raygate.extender.errors import BadRequest, MissingField, Peer
+from raygate.extender.http import Route
 from raygate.extender.metrics import Metrics, VerbMetrics
 from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.extender.wire import scheduler as wire
 from raygate.plugin.classify import gpu_node_reason
-from raygate.plugin.model import PodView, Role
+from raygate.plugin.model import PodView
 from raygate.plugin.placement import Decision, Placement, decide, filter_names, score
 from raygate.plugin.victims import Candidate, select_victims
 
-__all__ = ["SchedulerExtender", "record"]
+__all__ = ["SchedulerExtender", "scheduler_routes"]
 
 log = logging.getLogger("raygate.scheduler")
 
@@ -103,26 +104,6 @@ def _nodes_from_list(
     return out
 
 
-def record(metrics: VerbMetrics, pod: PodView, snap: Snapshot, decision: Decision) -> None:
-    """Count ``decision``: its rule, and a fail-open on a RayCluster the cache lacks (the
-    pod is then floor, the safe side). Shared with ``raygate.extender.volcano_api``."""
-    metrics.decisions[decision.rule].inc()
-    if decision.role is Role.FLOOR and snap.raycluster(pod.namespace, pod.ray_cluster) is None:
-        metrics.unknown_rayclusters.inc()
-
-
-def decide_counted(pod: PodView, snap: Snapshot, now: float, verb: str,
-                   metrics: VerbMetrics) -> Decision:
-    """The placement decision for ``pod``, counted in ``metrics`` and logged at debug level
-    (both extenders' verbs use it)."""
-    decision = decide(pod, snap, snap.config, now)
-    record(metrics, pod, snap, decision)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.placement.value,
-                  decision.rule.value, decision.reason)
-    return decision
-
-
 class SchedulerExtender:
     def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time,
                  metrics: Metrics | None = None) -> None:
@@ -139,7 +120,12 @@ class SchedulerExtender:
 
     def _decide(self, pod: PodView, snap: Snapshot, verb: str,
                 metrics: VerbMetrics) -> Decision:
-        return decide_counted(pod, snap, self.clock(), verb, metrics)
+        decision = decide(pod, snap, snap.config, self.clock())
+        metrics.count(decision)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.placement.value,
+                      decision.rule.value, decision.reason)
+        return decision
 
     def filter(self, body: bytes) -> bytes:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
@@ -263,3 +249,12 @@ class SchedulerExtender:
                     node_name, tuple(views), (),
                     full_victims.num_pdb_violations if full_victims else 0))
         return candidates
+
+
+def scheduler_routes(scheduler: SchedulerExtender) -> dict[str, Route]:
+    """kube-scheduler's extender verbs under ``/scheduler/``."""
+    return {
+        "/scheduler/filter": Route(b"POST", scheduler.filter, Peer.SCHEDULER_FILTER),
+        "/scheduler/prioritize": Route(b"POST", scheduler.prioritize),
+        "/scheduler/preempt": Route(b"POST", scheduler.preempt),
+    }

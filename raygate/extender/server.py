@@ -34,22 +34,14 @@ from raygate.extender.explain import ExplainService, add_explain_service, explai
 from raygate.extender.fast_path import fast_path_protocol
 from raygate.extender.grpc_api import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.extender.grpc_api import add_admission_service
-from raygate.extender.http import (
-    AsyncRoute,
-    Gate,
-    HttpApp,
-    Route,
-    health_routes,
-    metrics_routes,
-    scheduler_routes,
-    volcano_routes,
-    webhook_routes,
-)
-from raygate.extender.metrics import Metrics
-from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.health import health_routes
+from raygate.extender.http import AsyncRoute, Gate, HttpApp, Route
+from raygate.extender.metrics import Metrics, metrics_routes
+from raygate.extender.scheduler_api import SchedulerExtender, scheduler_routes
 from raygate.extender.settings import ServeSettings
 from raygate.extender.tls import CertReloader, TlsFiles
-from raygate.extender.volcano_api import VolcanoExtender
+from raygate.extender.volcano_api import VolcanoExtender, volcano_routes
+from raygate.extender.webhook import webhook_routes
 from raygate.plugin.config import ConfigError
 
 __all__ = ["AccessGuard", "RaygateServer", "WebhookListener", "bind_socket"]
@@ -176,7 +168,7 @@ class RaygateServer:
         self.admission = AdmissionService(cache, self.scheduler.clock)
         self.explain = ExplainService(cache, self.scheduler.clock)
         self.metrics.watch_cache(cache)
-        self.metrics.watch_admission(self.admission)
+        self.metrics.watch_admission(self.admission.pod_states)
         self.tls = _main_tls(settings)
         if self.tls is not None:
             self.metrics.watch_tls("main", self.tls)

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from kubernetes.config.incluster_config import SERVICE_HOST_ENV_NAME
 
 from raygate.extender.files import file_stamp
 from raygate.extender.logs import FORMATS as LOG_FORMATS
@@ -43,6 +42,10 @@ from raygate.plugin.config import (
     policy_config_from_mapping,
     policy_config_to_mapping,
 )
+
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+"""Set in every container by the kubelet; the ``kubernetes`` client's in-cluster loader
+keys on it (``SERVICE_HOST_ENV_NAME``; tests/test_settings.py holds the two equal)."""
 
 __all__ = [
     "SETTINGS",
@@ -609,7 +612,7 @@ def in_cluster(settings: ServeSettings, environ: Mapping[str, str]) -> bool:
         return False
     # The kubelet sets KUBERNETES_SERVICE_HOST in every container (the `kubernetes`
     # Service); load_connection takes the in-cluster config exactly when it is set.
-    return bool(environ.get(SERVICE_HOST_ENV_NAME))
+    return bool(environ.get(IN_CLUSTER_ENV))
 
 
 def authz_enabled(settings: ServeSettings, environ: Mapping[str, str]) -> bool:

@@ -18,17 +18,17 @@ import msgspec
 
 from raygate.extender import convert
 from raygate.extender.cache import ClusterCache, Snapshot
-from raygate.extender.errors import BadRequest, MissingField
+from raygate.extender.errors import BadRequest, MissingField, Peer
+from raygate.extender.http import Gate, Route
 from raygate.extender.metrics import Metrics, VerbMetrics
-from raygate.extender.scheduler_api import decide_counted
 from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.extender.wire import volcano as wire
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.model import PodView
-from raygate.plugin.placement import Decision, Placement, score
+from raygate.plugin.placement import Decision, Placement, decide, score
 from raygate.plugin.victims import volcano_victims
 
-__all__ = ["VolcanoExtender"]
+__all__ = ["VolcanoExtender", "volcano_routes"]
 
 log = logging.getLogger("raygate.volcano")
 
@@ -81,7 +81,12 @@ class VolcanoExtender:
 
     def _decide(self, pod: PodView, snap: Snapshot, verb: str,
                 metrics: VerbMetrics) -> Decision:
-        return decide_counted(pod, snap, self.clock(), verb, metrics)
+        decision = decide(pod, snap, snap.config, self.clock())
+        metrics.count(decision)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.placement.value,
+                      decision.rule.value, decision.reason)
+        return decision
 
     def _is_gpu(self, node: wire.NodeInfo, snap: Snapshot, path: str,
                 metrics: VerbMetrics) -> bool:
@@ -170,3 +175,22 @@ class VolcanoExtender:
             log.debug("jobEnqueueable %s/%s queue=%s minAvailable=%d: abstain",
                       job.namespace, job.name, job.queue, job.min_available)
         return ABSTAIN
+
+
+def volcano_routes(
+    volcano: VolcanoExtender, predicate_gate: Gate | None = None,
+) -> dict[str, Route]:
+    """Volcano's extender plugin verbs under ``/volcano/``, named as the verbs in
+    deploy/volcano's volcano-scheduler.conf. ``predicate_gate`` bounds the predicate calls
+    in flight: Volcano makes one per (task, node)."""
+    return {
+        "/volcano/onSessionOpen": Route(b"POST", volcano.session, discard_body=True),
+        "/volcano/onSessionClose": Route(b"POST", volcano.session, discard_body=True),
+        "/volcano/predicate": Route(b"POST", volcano.predicate, Peer.VOLCANO_PREDICATE,
+                                    gate=predicate_gate),
+        "/volcano/prioritize": Route(b"POST", volcano.prioritize, Peer.VOLCANO_PRIORITIZE),
+        "/volcano/preemptable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
+        "/volcano/reclaimable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
+        "/volcano/jobEnqueueable": Route(b"POST", volcano.job_enqueueable,
+                                         Peer.VOLCANO_VOTE),
+    }

@@ -14,11 +14,12 @@ import logging
 import msgspec
 
 from raygate.extender.errors import BadRequest, MissingField
+from raygate.extender.http import Route
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire import admission_review as wire
 from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE
 
-__all__ = ["MARKER", "mutate_ray_pods"]
+__all__ = ["MARKER", "mutate_ray_pods", "webhook_routes"]
 
 log = logging.getLogger("raygate.webhook")
 
@@ -75,3 +76,8 @@ def mutate_ray_pods(body: bytes) -> bytes:
             response.patch = base64.b64encode(msgspec.json.encode(ops)).decode()
             log.debug("marked %s/%s with %s", pod.metadata.namespace, pod.metadata.name, MARKER)
     return msgspec.json.encode(wire.AdmissionReviewOut(response=response))
+
+
+def webhook_routes() -> dict[str, Route]:
+    """The admission webhook, served on the HTTPS listener (``--webhook-addr``)."""
+    return {"/mutate/ray-pods": Route(b"POST", mutate_ray_pods)}

@@ -111,6 +111,8 @@ def group_floor(cluster: RayClusterView, group: str) -> int:
 class RoleVerdict:
     role: Role
     reason: str
+    cluster_unknown: bool = False
+    """The pod's RayCluster is not in the cache: floor by default, the safe side."""
 
 
 def _live(pod: PodView) -> bool:
@@ -154,6 +156,7 @@ def pod_role(pod: PodView, view: ClusterView) -> RoleVerdict:
             Role.FLOOR,
             f"RayCluster {pod.namespace}/{key.cluster} is unknown to raygate; "
             "treated as floor (the safe side)",
+            cluster_unknown=True,
         )
     floor = group_floor(cluster, key.group)
     if not pod.node_name:

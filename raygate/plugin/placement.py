@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from itertools import filterfalse
 
-from raygate.plugin.classify import gpu_pod_resources, pod_role
+from raygate.plugin.classify import RoleVerdict, gpu_pod_resources, pod_role
 from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
 from raygate.plugin.model import ClusterView, PodView, Role
 
@@ -58,6 +58,8 @@ class Decision:
     """In words, for logs and ``explain``."""
     gpu_node_message: str = ""
     """The message a rejected GPU node gets: names raygate and the rule."""
+    cluster_unknown: bool = False
+    """A Ray pod whose RayCluster the cluster view lacks (decided as floor: fail safe)."""
 
     @property
     def refuses_gpu_nodes(self) -> bool:
@@ -92,14 +94,14 @@ def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) ->
     role = pod_role(pod, view)
     mode = config.gpu_nodes_for_surplus
     if mode is GpuNodesForSurplus.ALWAYS:
-        return _prefer(Rule.POLICY_ALWAYS, role.role, f"{role.reason}; policy lets every "
+        return _prefer(Rule.POLICY_ALWAYS, role, f"{role.reason}; policy lets every "
                        "CPU-only Ray pod use GPU nodes (scored low)")
     if role.role is Role.HEAD:
-        return _avoid(Rule.HEAD_AVOIDS_GPU, role.role, "CPU-only Ray head; " + role.reason)
+        return _avoid(Rule.HEAD_AVOIDS_GPU, role, "CPU-only Ray head; " + role.reason)
     if role.role is Role.FLOOR:
-        return _avoid(Rule.FLOOR_AVOIDS_GPU, role.role, "CPU-only floor worker; " + role.reason)
+        return _avoid(Rule.FLOOR_AVOIDS_GPU, role, "CPU-only floor worker; " + role.reason)
     if mode is GpuNodesForSurplus.NEVER:
-        return _avoid(Rule.POLICY_NEVER, role.role,
+        return _avoid(Rule.POLICY_NEVER, role,
                       f"CPU-only surplus worker; {role.reason}; policy keeps it off GPU nodes")
     until = thrash_guard_until(pod, view, config)
     # The window is half-open, [preempted at, preempted at + window): at exactly
@@ -110,23 +112,25 @@ def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) ->
         when = f"{ago:.0f}s ago" if ago >= 0 else f"{-ago:.0f}s in the future (clock skew)"
         return _avoid(
             Rule.THRASH_GUARD,
-            role.role,
+            role,
             f"CPU-only surplus worker; group {pod.group_key.group} lost a pod to scheduler "
             f"preemption on a GPU node {when}; the guard lasts "
             f"{config.thrash_guard_seconds:.0f}s",
         )
-    return _prefer(Rule.SURPLUS_PREFERS_CPU, role.role, "CPU-only surplus worker; " + role.reason)
+    return _prefer(Rule.SURPLUS_PREFERS_CPU, role, "CPU-only surplus worker; " + role.reason)
 
 
-def _avoid(rule: Rule, role: Role, reason: str) -> Decision:
+def _avoid(rule: Rule, role: RoleVerdict, reason: str) -> Decision:
     return Decision(
-        Placement.AVOID_GPU, rule, role, reason,
+        Placement.AVOID_GPU, rule, role.role, reason,
         gpu_node_message=f"raygate: {rule.value}: GPU node refused to a {reason}",
+        cluster_unknown=role.cluster_unknown,
     )
 
 
-def _prefer(rule: Rule, role: Role, reason: str) -> Decision:
-    return Decision(Placement.PREFER_CPU, rule, role, reason)
+def _prefer(rule: Rule, role: RoleVerdict, reason: str) -> Decision:
+    return Decision(Placement.PREFER_CPU, rule, role.role, reason,
+                    cluster_unknown=role.cluster_unknown)
 
 
 def score(node_is_gpu: bool) -> int:
