@@ -198,7 +198,7 @@ class VerbMetrics:
 
     def count(self, decision: Decision) -> None:
         """A placement decision: its rule, and a fail-open when the pod's RayCluster was
-        unknown (the pod was decided as floor, the safe side)."""
+        unknown (decided as floor, the safe side)."""
         self.decisions[decision.rule].inc()
         if decision.cluster_unknown:
             self.unknown_rayclusters.inc()

@@ -16,6 +16,7 @@ import msgspec
 
 from raygate.extender import convert
 from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.decisions import decide_counted
 from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http import Route
 from raygate.extender.metrics import Metrics, VerbMetrics
@@ -23,7 +24,7 @@ from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.extender.wire import scheduler as wire
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.model import PodView
-from raygate.plugin.placement import Decision, Placement, decide, filter_names, score
+from raygate.plugin.placement import Decision, Placement, filter_names, score
 from raygate.plugin.victims import Candidate, select_victims
 
 __all__ = ["SchedulerExtender", "scheduler_routes"]
@@ -120,12 +121,7 @@ class SchedulerExtender:
 
     def _decide(self, pod: PodView, snap: Snapshot, verb: str,
                 metrics: VerbMetrics) -> Decision:
-        decision = decide(pod, snap, snap.config, self.clock())
-        metrics.count(decision)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.placement.value,
-                      decision.rule.value, decision.reason)
-        return decision
+        return decide_counted(pod, snap, self.clock(), verb=verb, metrics=metrics, log=log)
 
     def filter(self, body: bytes) -> bytes:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)

@@ -18,6 +18,7 @@ import msgspec
 
 from raygate.extender import convert
 from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.decisions import decide_counted
 from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http import Gate, Route
 from raygate.extender.metrics import Metrics, VerbMetrics
@@ -25,7 +26,7 @@ from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.extender.wire import volcano as wire
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.model import PodView
-from raygate.plugin.placement import Decision, Placement, decide, score
+from raygate.plugin.placement import Decision, Placement, score
 from raygate.plugin.victims import volcano_victims
 
 __all__ = ["VolcanoExtender", "volcano_routes"]
@@ -81,12 +82,7 @@ class VolcanoExtender:
 
     def _decide(self, pod: PodView, snap: Snapshot, verb: str,
                 metrics: VerbMetrics) -> Decision:
-        decision = decide(pod, snap, snap.config, self.clock())
-        metrics.count(decision)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.placement.value,
-                      decision.rule.value, decision.reason)
-        return decision
+        return decide_counted(pod, snap, self.clock(), verb=verb, metrics=metrics, log=log)
 
     def _is_gpu(self, node: wire.NodeInfo, snap: Snapshot, path: str,
                 metrics: VerbMetrics) -> bool:
