@@ -367,7 +367,7 @@ async def _shed(gate: Gate, scope: Scope, send: Send,
     """503 at once, in plain HTTP whatever the route's protocol: Volcano's extender client
     reads only the status of a non-200 (``send`` in pkg/scheduler/plugins/extender), so a
     predicate refused here fails this node for the task in this session, or — with
-    ``raygate.extender.ignorable: true`` — passes it, as any raygate error does."""
+    ``extender.ignorable: true`` — passes it, as any raygate error does."""
     gate.shed += 1
     if gate.shed == 1 or gate.shed % 1000 == 0:  # a storm must not become a log storm
         log.warning("%s: %d requests in flight, the limit; refused %d so far",
