@@ -28,6 +28,7 @@ from raygate.plugin.config import PolicyConfig
 from tests import admission_scenarios as sc
 from tests.builders import T0_EPOCH, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, wait_until
+from tests.docs import doc
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENAPI = json.loads((ROOT / "raygate" / "extender" / "openapi.json").read_text())
@@ -381,9 +382,9 @@ def test_shutdown_ends_long_polls_at_once(pool: ThreadPoolExecutor) -> None:
     assert time.monotonic() - started < WAIT
 
 
-# --- the README -------------------------------------------------------------------------------
+# --- the documentation ------------------------------------------------------------------------
 
-README = (ROOT / "README.md").read_text()
+README = doc("admission-api.md")
 DEMO_NOW = T0_EPOCH + 86_400  # any time after the demo's events: no preemption in the window
 
 
@@ -400,7 +401,7 @@ def demo() -> Iterator[ServerThread]:
     thread.stop()
 
 
-def test_readme_curl_example_is_what_the_demo_answers(demo: ServerThread) -> None:
+def test_documented_curl_example_is_what_the_demo_answers(demo: ServerThread) -> None:
     example = re.search(
         r"curl -s localhost:8888(?P<path>/v1/\S+) \| python3 -m json.tool\n```\n```json\n"
         r"(?P<reply>.*?)\n```", README, re.S)
@@ -412,7 +413,7 @@ def test_readme_curl_example_is_what_the_demo_answers(demo: ServerThread) -> Non
     assert f"If-None-Match: \"{version}\"" in README and f"waitForChange={version}" in README
 
 
-def test_readme_grpc_example_is_what_the_demo_answers(
+def test_documented_grpc_example_is_what_the_demo_answers(
         demo: ServerThread, capsys: pytest.CaptureFixture[str]) -> None:
     from raygate.client import main
 
@@ -422,7 +423,7 @@ def test_readme_grpc_example_is_what_the_demo_answers(
     states = {p["state"] for p in live["pods"]}
     assert states == {"WaitingForGangAdmission"}
     assert "WAITING_FOR_GANG_ADMISSION" in README  # what grpcurl prints for it
-    # Every state and piece of advice has its line in the README.
+    # Every state and piece of advice has its line in the documentation.
     for state in PodState:
         assert f"| `{state.value}` |" in README
     for word in ("**`keep`**", "**`replace`**", "**`scaleUp: proceed`**", "**`scaleUp: hold`**"):

@@ -4,7 +4,6 @@ requests in between should move it by."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +17,7 @@ from raygate.plugin.model import ANNOTATION_PREEMPTABLE
 from raygate.plugin.placement import Rule
 from tests.builders import T0, Obj, make_node, make_pod, make_raycluster, uid_for
 from tests.conftest import FakeClock, ServerThread, post_json
+from tests.docs import doc
 from tests.volcano_objects import node_info, task_info
 
 NODES = [make_node("cpu-1").obj(), make_node("cpu-2").obj(),
@@ -302,8 +302,7 @@ def test_every_name_is_raygate_prefixed(client: httpx.Client) -> None:
 
 
 def test_readme_lists_every_metric(client: httpx.Client) -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    operations = readme.split("## Operations", 1)[1].split("\n## ", 1)[0]
+    operations = doc("operations.md").split("\n## Logs", 1)[0]
     for family in text_string_to_metric_families(client.get("/metrics").text):
         # prometheus_client's `_created` series (counter and histogram creation times)
         # parse as families of their own.
@@ -382,8 +381,7 @@ def test_authz_and_config_reloads_are_read_at_scrape_time() -> None:
     counts.reviews[("tokenreview", "ok")] += 2
     counts.cache_hits["tokenreview"] += 5
     reloads["failed"] += 1
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    operations = readme.split("## Operations", 1)[1].split("\n## ", 1)[0]
+    operations = doc("operations.md").split("\n## Logs", 1)[0]
     samples = {}
     for family in text_string_to_metric_families(metrics.exposition().decode()):
         if family.name.startswith(("raygate_authz", "raygate_config")):

@@ -1,5 +1,6 @@
-"""The README's curl examples return what the README says they return: each shown reply
-is the golden reply that tests/test_scheduler_golden.py checks against a real server."""
+"""The documentation's examples return what it says they return: each curl reply of the
+README is the golden reply that tests/test_scheduler_golden.py checks against a real
+server; each console example of docs/ is raygate's real output."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from raygate.extender.cache import ClusterCache
 from raygate.extender.scheduler_api import SchedulerExtender, scheduler_routes
 from raygate.plugin.config import PolicyConfig
+from tests.docs import doc, documentation
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = re.compile(
@@ -35,8 +37,13 @@ def test_readme_curl_examples_match_the_golden_replies() -> None:
         assert example["reply"].encode() == golden.read_bytes().strip(), golden.name
 
 
-def test_readme_extender_stanza_points_at_served_routes() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_readme_stays_an_overview() -> None:
+    # The rest is in docs/: the README is what an operator reads first.
+    assert len(doc("README.md").splitlines()) <= 250
+
+
+def test_the_extender_stanza_points_at_served_routes() -> None:
+    readme = doc("deploy.md")
     prefix = re.search(r'urlPrefix: "http://127.0.0.1:8888(?P<path>/\w+)"', readme)
     assert prefix is not None
     served = scheduler_routes(SchedulerExtender(ClusterCache(PolicyConfig(), "test")))
@@ -51,13 +58,13 @@ def _console_blocks(readme: str) -> list[tuple[list[str], str]]:
     return [(args.split(), out) for args, out in blocks]
 
 
-def test_readme_console_examples_are_real_output(
+def test_console_examples_are_real_output(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from raygate.extender.cli import main
 
     monkeypatch.chdir(ROOT)
-    blocks = _console_blocks((ROOT / "README.md").read_text())
+    blocks = _console_blocks(documentation())
     assert len(blocks) >= 2
     for args, shown in blocks:
         main(args)
