@@ -125,10 +125,10 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     import msgspec
     import uvloop
 
-    from raygate.extender import convert
-    from raygate.extender.cache import ClusterCache, Snapshot
     from raygate.extender.server import RaygateServer, bind_socket
-    from raygate.extender.snapshot_files import load_text
+    from raygate.extender.state import convert
+    from raygate.extender.state.cache import ClusterCache, Snapshot
+    from raygate.extender.state.snapshot_files import load_text
     from raygate.extender.wire import kube
     from raygate.plugin.config import PolicyConfig
 

@@ -324,11 +324,11 @@ def _raygate_main(conn: Connection, kubeconfig: str, admission: bool,
                   publish_interval: float | None) -> None:
     import uvloop
 
-    from raygate.extender.cache import ClusterCache
     from raygate.extender.kube.client import KubeTransport, load_connection
     from raygate.extender.kube.source import LiveSource
     from raygate.extender.kube.watch import WatchSettings
     from raygate.extender.server import RaygateServer, bind_socket
+    from raygate.extender.state.cache import ClusterCache
     from raygate.plugin.config import PolicyConfig
 
     logging.basicConfig(level=logging.WARNING, format="raygate: %(message)s")
@@ -468,8 +468,8 @@ def _measure(port: int, body: bytes, until: Callable[[], bool], *, at_least: int
 def _decode_convert_cost(cluster: Cluster, samples: int = 3000) -> float:
     """Microseconds to decode one pod watch event and build its view (the watcher's share
     of an event, done before the writer sees it)."""
-    from raygate.extender import convert
     from raygate.extender.kube.client import _Decoders, decode_line
+    from raygate.extender.state import convert
     from raygate.extender.wire import kube
     from raygate.plugin.quantity import parse_milli
 

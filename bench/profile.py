@@ -29,9 +29,9 @@ from bench.payloads import (
     request_node_names,
 )
 from bench.scenarios import CLUSTER_NODES
-from raygate.extender.cache import ClusterCache, Snapshot
-from raygate.extender.scheduler_api import SchedulerExtender
-from raygate.extender.snapshot_files import load_text
+from raygate.extender.api.scheduler import SchedulerExtender
+from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.snapshot_files import load_text
 from raygate.plugin.config import PolicyConfig
 
 __all__ = ["main", "profile_calls"]

@@ -15,10 +15,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from raygate.client import GrpcAdmissionClient, HttpAdmissionClient
-from raygate.extender.cache import ClusterCache
 from raygate.extender.errors import BadRequest, RayClusterNotFound, Unavailable
 from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
 from raygate.extender.proto.raygate.v1 import admission_pb2_grpc
+from raygate.extender.state.cache import ClusterCache
 from raygate.extender.wire.admission_status import WatchEvent, from_proto, to_proto
 from raygate.plugin.config import PolicyConfig
 from tests import admission_scenarios as sc

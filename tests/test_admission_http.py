@@ -21,8 +21,8 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from raygate.client import HttpAdmissionClient
-from raygate.extender.cache import ClusterCache
 from raygate.extender.errors import RayClusterNotFound
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.admission import PodState
 from raygate.plugin.config import PolicyConfig
 from tests import admission_scenarios as sc
@@ -390,8 +390,8 @@ DEMO_NOW = T0_EPOCH + 86_400  # any time after the demo's events: no preemption 
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[ServerThread]:
-    from raygate.extender.cache import Snapshot
-    from raygate.extender.snapshot_files import demo_text, load_text
+    from raygate.extender.state.cache import Snapshot
+    from raygate.extender.state.snapshot_files import demo_text, load_text
 
     cache = ClusterCache(PolicyConfig(), "demo cluster")
     cache.publish(Snapshot(load_text(demo_text(), "demo"), PolicyConfig()))
@@ -433,7 +433,7 @@ def test_documented_grpc_example_is_what_the_demo_answers(
 def _request_position(count: int) -> int:
     """Where a request that arrives as the first of ``count`` waiters wakes up runs among
     them, in the order the loop ran them."""
-    from raygate.extender.admission_api import AdmissionService
+    from raygate.extender.api.admission import AdmissionService
     from tests.conftest import snapshot_of
 
     cache = ClusterCache(PolicyConfig(), "test")
@@ -469,7 +469,7 @@ def _request_position(count: int) -> int:
 def test_a_change_wakes_many_waiters_a_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A request that arrives while a change wakes many waiters runs after a batch or two,
     not after all of them."""
-    from raygate.extender import admission_api
+    from raygate.extender.api import admission as admission_api
 
     count = 8 * admission_api.WAKE_BATCH
     assert _request_position(count) <= 3 * admission_api.WAKE_BATCH
@@ -482,8 +482,8 @@ def test_a_rebuild_of_many_clusters_lets_requests_through(
     """After a publish, statuses are derived a chunk of clusters per turn of the loop: a
     request queued meanwhile runs before the rebuild ends; one that reads the status
     finishes the rebuild itself and sees the new snapshot."""
-    from raygate.extender import admission_api
-    from raygate.extender.admission_api import AdmissionService
+    from raygate.extender.api import admission as admission_api
+    from raygate.extender.api.admission import AdmissionService
     from tests.conftest import snapshot_of
 
     def clusters(phase: str) -> list[Any]:

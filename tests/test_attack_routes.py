@@ -35,10 +35,10 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.api.webhook import MARKER
 from raygate.extender.server import WebhookListener, bind_socket
-from raygate.extender.snapshot_files import demo_text, load_text
-from raygate.extender.webhook import MARKER
+from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, make_pod
 from tests.conftest import FakeClock, ServerThread, start_demo_server

@@ -25,16 +25,16 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kubernetes.config.config_exception import ConfigException
 
 from raygate.client import connect, token_file
+from raygate.extender.api.explain import SERVICE_NAME as EXPLAIN_SERVICE
 from raygate.extender.authz import Authorizer, bearer_token
-from raygate.extender.cache import ClusterCache
 from raygate.extender.errors import Forbidden, Unauthorized, Unavailable
-from raygate.extender.explain import SERVICE_NAME as EXPLAIN_SERVICE
-from raygate.extender.grpc_api import SERVICE_NAME as ADMISSION_SERVICE
+from raygate.extender.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.extender.kube.client import Connection, load_connection
 from raygate.extender.kube.reviews import Access, KubeReviewer, User
 from raygate.extender.proto.raygate.v1 import admission_pb2 as apb
 from raygate.extender.proto.raygate.v1 import admission_pb2_grpc, explain_pb2_grpc
 from raygate.extender.proto.raygate.v1 import explain_pb2 as epb
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.apiserver import (
     ACCESS_REVIEWS,

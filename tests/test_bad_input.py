@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.extender.cache import ClusterCache
-from raygate.extender.http import API_MAX_BODY
-from raygate.extender.settings import ServeSettings
+from raygate.extender.config.settings import ServeSettings
+from raygate.extender.http.app import API_MAX_BODY
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, post_json

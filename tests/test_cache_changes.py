@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.extender.admission_api import AdmissionService
-from raygate.extender.cache import (
+from raygate.extender.api.admission import AdmissionService
+from raygate.extender.kube.source import CacheWriter
+from raygate.extender.state.cache import (
     NODE,
     POD,
     Changes,
@@ -19,7 +20,6 @@ from raygate.extender.cache import (
     View,
     key_of,
 )
-from raygate.extender.kube.source import CacheWriter
 from raygate.plugin.admission import admission_statuses
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (

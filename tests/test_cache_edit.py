@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.extender.cache import (
+from raygate.extender.state.cache import (
     NODE,
     POD,
     PODGROUP,

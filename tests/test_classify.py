@@ -3,7 +3,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from raygate.extender import convert
+from raygate.extender.state import convert
 from raygate.extender.wire import kube
 from raygate.plugin.classify import (
     gpu_node_reason,

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from raygate.extender.settings import load_config_file, parse_addr
+from raygate.extender.config.settings import load_config_file, parse_addr
 from raygate.plugin.config import (
     ConfigError,
     GpuNodesForSurplus,

@@ -15,15 +15,15 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from raygate.extender.cache import ClusterCache
+from raygate.extender.api.health import health_routes
+from raygate.extender.api.scheduler import SchedulerExtender, scheduler_routes
+from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
+from raygate.extender.api.webhook import webhook_routes
 from raygate.extender.cli import _parser
-from raygate.extender.health import health_routes
+from raygate.extender.config.settings import load_config_file, parse_addr
 from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
-from raygate.extender.scheduler_api import SchedulerExtender, scheduler_routes
-from raygate.extender.settings import load_config_file, parse_addr
-from raygate.extender.snapshot_files import load_files
-from raygate.extender.volcano_api import VolcanoExtender, volcano_routes
-from raygate.extender.webhook import webhook_routes
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot_files import load_files
 from raygate.plugin.config import PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent

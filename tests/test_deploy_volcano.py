@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from raygate.extender.cache import ClusterCache
-from raygate.extender.volcano_api import VolcanoExtender, volcano_routes
+from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The protocol's fast path (extender/fast_path.py) against the ASGI path it bypasses.
+"""The protocol's fast path (raygate/extender/http/fast_path.py) against the ASGI path it bypasses.
 
 Requests go over raw sockets to the real server, and replies are parsed with h11. A
 request sent with chunked framing always takes the ASGI path, so each case compares
@@ -18,8 +18,8 @@ from pathlib import Path
 import h11
 import pytest
 
-from raygate.extender.fast_path import FastPathProtocol
-from raygate.extender.http import HttpApp
+from raygate.extender.http.app import HttpApp
+from raygate.extender.http.fast_path import FastPathProtocol
 from tests.conftest import ServerThread, start_demo_server
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scheduler"

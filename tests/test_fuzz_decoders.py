@@ -27,17 +27,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raygate.extender import convert, webhook
-from raygate.extender.admission_api import _timeout
-from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.api import webhook
+from raygate.extender.api.admission import _timeout
+from raygate.extender.api.explain import ExplainService
+from raygate.extender.api.scheduler import SchedulerExtender
+from raygate.extender.api.volcano import VolcanoExtender
 from raygate.extender.errors import BadRequest
-from raygate.extender.explain import ExplainService
 from raygate.extender.kube.client import _Decoders, decode_line, decode_page
 from raygate.extender.kube.resources import RESOURCES
 from raygate.extender.kube.watch import TransportError
-from raygate.extender.scheduler_api import SchedulerExtender
-from raygate.extender.snapshot_files import SnapshotError, demo_text, load_text
-from raygate.extender.volcano_api import VolcanoExtender
+from raygate.extender.state import convert
+from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_text
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire import scheduler as wire
 from raygate.plugin.config import PolicyConfig

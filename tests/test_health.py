@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from raygate.extender.cache import ClusterCache
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node
 from tests.conftest import FakeClock, ServerThread

@@ -15,7 +15,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from raygate.extender.cache import POD, WORKLOAD, ClusterCache, SyncStatus
 from raygate.extender.kube.resources import RESOURCES, Resource, Served
 from raygate.extender.kube.source import CacheWriter
 from raygate.extender.kube.watch import (
@@ -30,6 +29,7 @@ from raygate.extender.kube.watch import (
     WatchLine,
     WatchSettings,
 )
+from raygate.extender.state.cache import POD, WORKLOAD, ClusterCache, SyncStatus
 from raygate.extender.wire import kube
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_pod

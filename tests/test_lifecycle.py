@@ -24,8 +24,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from raygate.extender.cache import ClusterCache
-from raygate.extender.settings import ServeSettings
+from raygate.extender.config.settings import ServeSettings
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, snapshot_of, wait_until

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from raygate.extender.cache import ClusterCache, SyncStatus
 from raygate.extender.metrics import LATENCY_BUCKETS, Metrics
+from raygate.extender.state.cache import ClusterCache, SyncStatus
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import ANNOTATION_PREEMPTABLE
 from raygate.plugin.placement import Rule

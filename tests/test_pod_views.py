@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.payloads import ray_head_pod, ray_worker_pod
-from raygate.extender import convert, snapshot_files
-from raygate.extender.convert import PodViews
-from raygate.extender.snapshot_files import demo_text
+from raygate.extender.state import convert, snapshot_files
+from raygate.extender.state.convert import PodViews
+from raygate.extender.state.snapshot_files import demo_text
 from raygate.extender.wire import kube
 from raygate.plugin.model import PodView
 from tests.builders import make_pod

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from raygate.extender.cache import ClusterCache
-from raygate.extender.scheduler_api import SchedulerExtender, scheduler_routes
+from raygate.extender.api.scheduler import SchedulerExtender, scheduler_routes
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.docs import doc, documentation
 

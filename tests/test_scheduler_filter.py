@@ -10,8 +10,8 @@ import httpx
 import msgspec
 import pytest
 
+from raygate.extender.api.scheduler import RequestPods
 from raygate.extender.errors import BadRequest, MissingField
-from raygate.extender.scheduler_api import RequestPods
 from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
 from tests.builders import (
     T0,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raygate.extender import convert
+from raygate.extender.state import convert
 from raygate.extender.wire import kube
 from raygate.plugin.classify import group_floor
 from raygate.plugin.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView

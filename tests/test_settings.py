@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from raygate.extender.cache import ClusterCache, Snapshot
-from raygate.extender.settings import (
+from raygate.extender.config.settings import (
     SETTINGS,
     ConfigFile,
     PolicyReloader,
@@ -26,7 +25,8 @@ from raygate.extender.settings import (
     read_config_file,
     render_config,
 )
-from raygate.extender.snapshot_files import demo_text, load_text
+from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import ConfigError, GpuNodesForSurplus, PolicyConfig
 
 Flags = dict[str, Any]
@@ -456,5 +456,5 @@ def test_the_shipped_config_map_and_deployment_agree(tmp_path: Path) -> None:
 def test_in_cluster_is_decided_by_the_variable_the_kubernetes_client_reads() -> None:
     from kubernetes.config.incluster_config import SERVICE_HOST_ENV_NAME
 
-    from raygate.extender.settings import IN_CLUSTER_ENV
+    from raygate.extender.config.settings import IN_CLUSTER_ENV
     assert IN_CLUSTER_ENV == SERVICE_HOST_ENV_NAME

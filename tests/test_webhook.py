@@ -17,9 +17,9 @@ import pytest
 import trustme
 import uvloop
 
-from raygate.extender.cache import ClusterCache
+from raygate.extender.api.webhook import MARKER
 from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
-from raygate.extender.webhook import MARKER
+from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.builders import Obj, make_pod
 

@@ -23,10 +23,10 @@ from bench.payloads import (
     snapshot_gpu_node_names,
 )
 from bench.scenarios import CLUSTER_NODES
-from raygate.extender.cache import ClusterCache, Snapshot
-from raygate.extender.scheduler_api import SchedulerExtender
-from raygate.extender.snapshot_files import load_text
-from raygate.extender.volcano_api import VolcanoExtender
+from raygate.extender.api.scheduler import SchedulerExtender
+from raygate.extender.api.volcano import VolcanoExtender
+from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.snapshot_files import load_text
 from raygate.plugin.config import PolicyConfig
 
 T = TypeVar("T")

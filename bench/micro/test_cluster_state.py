@@ -12,8 +12,8 @@ import pytest
 from bench.micro.conftest import NOW, Benchmark, Cluster, cache_of, snapshot_of
 from bench.payloads import OVERFLOW_GROUP, app_pod, ray_worker_pod
 from bench.scenarios import MICRO
-from raygate.extender import convert
-from raygate.extender.scheduler_api import SchedulerExtender
+from raygate.extender.api.scheduler import SchedulerExtender
+from raygate.extender.state import convert
 from raygate.extender.wire import kube
 from tests.builders import Obj, iso, make_node, make_pod, make_raycluster
 

@@ -13,7 +13,7 @@ import pytest
 
 from bench.micro.conftest import NOW, Benchmark, Cluster
 from bench.scenarios import MICRO
-from raygate.extender import convert
+from raygate.extender.state import convert
 from raygate.extender.wire import kube
 from raygate.extender.wire import scheduler as wire
 from raygate.plugin.placement import Placement, decide, filter_names

@@ -10,10 +10,10 @@ from typing import Any, TextIO
 
 import msgspec
 
-from raygate.extender import convert
 from raygate.extender.kube.client import Connection, KubeTransport
 from raygate.extender.kube.watch import TransportError
-from raygate.extender.snapshot_files import SnapshotError, read_documents
+from raygate.extender.state import convert
+from raygate.extender.state.snapshot_files import SnapshotError, read_documents
 from raygate.extender.wire import kube
 from raygate.extender.wire.raycluster import RayClusterManifest
 from raygate.plugin.classify import gpu_node_reason

@@ -13,20 +13,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from raygate.extender import logs
-from raygate.extender.cache import ClusterCache, Snapshot
+from raygate.extender.api.explain import ExplainService, fetch, render_table
 from raygate.extender.check import live_inputs, run_check
-from raygate.extender.errors import RaygateError
-from raygate.extender.explain import ExplainService, fetch, render_table
-from raygate.extender.kube.client import (
-    ClusterConfigError,
-    Connection,
-    KubeTransport,
-    NoClusterConfig,
-    load_connection,
-)
-from raygate.extender.kube.source import LiveSource
-from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
-from raygate.extender.settings import (
+from raygate.extender.config.settings import (
     ENV_CONFIG,
     ENV_CONTEXT,
     ENV_DEMO,
@@ -41,7 +30,18 @@ from raygate.extender.settings import (
     parse_addr,
     render_config,
 )
-from raygate.extender.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.extender.errors import RaygateError
+from raygate.extender.kube.client import (
+    ClusterConfigError,
+    Connection,
+    KubeTransport,
+    NoClusterConfig,
+    load_connection,
+)
+from raygate.extender.kube.source import LiveSource
+from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
+from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.plugin.config import ConfigError, PolicyConfig
 
 if TYPE_CHECKING:

@@ -38,11 +38,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from raygate.extender.http import Gate, Route
+from raygate.extender.http.app import Gate, Route
 from raygate.plugin.placement import Decision, Rule
 
 if TYPE_CHECKING:
-    from raygate.extender.cache import ClusterCache, KindReport
+    from raygate.extender.state.cache import ClusterCache, KindReport
     from raygate.extender.tls import CertReloader
 
 __all__ = [

@@ -26,22 +26,22 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raygate.extender.admission_api import AdmissionService, admission_routes
-from raygate.extender.cache import ClusterCache
-from raygate.extender.deadlines import sweep
-from raygate.extender.explain import SERVICE_NAME as EXPLAIN_SERVICE
-from raygate.extender.explain import ExplainService, add_explain_service, explain_routes
-from raygate.extender.fast_path import fast_path_protocol
-from raygate.extender.grpc_api import SERVICE_NAME as ADMISSION_SERVICE
-from raygate.extender.grpc_api import add_admission_service
-from raygate.extender.health import health_routes
-from raygate.extender.http import AsyncRoute, Gate, HttpApp, Route
+from raygate.extender.api.admission import AdmissionService, admission_routes
+from raygate.extender.api.explain import SERVICE_NAME as EXPLAIN_SERVICE
+from raygate.extender.api.explain import ExplainService, add_explain_service, explain_routes
+from raygate.extender.api.health import health_routes
+from raygate.extender.api.scheduler import SchedulerExtender, scheduler_routes
+from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
+from raygate.extender.api.webhook import webhook_routes
+from raygate.extender.config.settings import ServeSettings
+from raygate.extender.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
+from raygate.extender.grpc.servicers import add_admission_service
+from raygate.extender.http.app import AsyncRoute, Gate, HttpApp, Route
+from raygate.extender.http.deadlines import sweep
+from raygate.extender.http.fast_path import fast_path_protocol
 from raygate.extender.metrics import Metrics, metrics_routes
-from raygate.extender.scheduler_api import SchedulerExtender, scheduler_routes
-from raygate.extender.settings import ServeSettings
+from raygate.extender.state.cache import ClusterCache
 from raygate.extender.tls import CertReloader, TlsFiles
-from raygate.extender.volcano_api import VolcanoExtender, volcano_routes
-from raygate.extender.webhook import webhook_routes
 from raygate.plugin.config import ConfigError
 
 __all__ = ["AccessGuard", "RaygateServer", "WebhookListener", "bind_socket"]

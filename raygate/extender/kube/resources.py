@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from raygate.extender import cache, convert
-from raygate.extender.convert import PodViews
+from raygate.extender.state import cache, convert
+from raygate.extender.state.convert import PodViews
 from raygate.extender.wire import kube
 
 __all__ = ["RESOURCES", "Resource", "Served"]
@@ -23,7 +23,7 @@ __all__ = ["RESOURCES", "Resource", "Served"]
 @dataclass(frozen=True)
 class Resource:
     kind: str
-    """The cache's name of the kind (``raygate.extender.cache.KINDS``)."""
+    """The cache's name of the kind (``raygate.extender.state.cache.KINDS``)."""
     group: str
     """API group; "" for the core group (``/api/v1``)."""
     versions: tuple[str, ...]
@@ -31,7 +31,7 @@ class Resource:
     plural: str
     wire: type[msgspec.Struct]
     view: Callable[[Any], cache.View]
-    """Wire object to the policy's view (``raygate.extender.convert``)."""
+    """Wire object to the policy's view (``raygate.extender.state.convert``)."""
     crd: bool = False
     """A custom resource: may be absent from the cluster, found by discovery."""
 

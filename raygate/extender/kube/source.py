@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from raygate.extender.cache import (
+from raygate.extender.kube.resources import RESOURCES, Resource
+from raygate.extender.kube.watch import DELETED, KindWatcher, Transport, WatchSettings
+from raygate.extender.state.cache import (
     ClusterCache,
     ObjectKey,
     Snapshot,
@@ -29,8 +31,6 @@ from raygate.extender.cache import (
     SyncStatus,
     View,
 )
-from raygate.extender.kube.resources import RESOURCES, Resource
-from raygate.extender.kube.watch import DELETED, KindWatcher, Transport, WatchSettings
 from raygate.plugin.config import PolicyConfig
 
 __all__ = ["CacheWriter", "LiveSource"]

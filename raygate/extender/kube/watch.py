@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raygate.extender import convert
-from raygate.extender.cache import KindSync, ObjectKey, Snapshot, View, object_key
 from raygate.extender.kube.resources import Resource, Served
+from raygate.extender.state import convert
+from raygate.extender.state.cache import KindSync, ObjectKey, Snapshot, View, object_key
 from raygate.extender.wire import kube
 
 __all__ = [

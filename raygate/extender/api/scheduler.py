@@ -14,12 +14,12 @@ from typing import Any
 
 import msgspec
 
-from raygate.extender import convert
-from raygate.extender.cache import ClusterCache, Snapshot
-from raygate.extender.decisions import decide_counted
+from raygate.extender.api.decisions import decide_counted
 from raygate.extender.errors import BadRequest, MissingField, Peer
-from raygate.extender.http import Route
+from raygate.extender.http.app import Route
 from raygate.extender.metrics import Metrics, VerbMetrics
+from raygate.extender.state import convert
+from raygate.extender.state.cache import ClusterCache, Snapshot
 from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.extender.wire import scheduler as wire
 from raygate.plugin.classify import gpu_node_reason

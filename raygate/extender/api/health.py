@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from raygate.extender.cache import ClusterCache, KindReport
 from raygate.extender.errors import JSON, Reply
-from raygate.extender.http import Route
+from raygate.extender.http.app import Route
+from raygate.extender.state.cache import ClusterCache, KindReport
 
 __all__ = ["health_routes"]
 

@@ -1,6 +1,6 @@
 """The admission-status API: the derivation of ``raygate.plugin.admission`` memoised per
 snapshot, versioned, and served over HTTP (get, list, ETag, long-poll); the gRPC servicer
-(``raygate.extender.grpc_api``) reads the same ``AdmissionService``.
+(``raygate.extender.grpc.servicers``) reads the same ``AdmissionService``.
 
 ``AdmissionService`` keeps one ``Generation``: the statuses of every RayCluster for one
 snapshot. It is rebuilt when the cache publishes a new snapshot (the listener hops onto
@@ -39,10 +39,10 @@ from importlib import resources
 
 import msgspec
 
-from raygate.extender.cache import Changes, ClusterCache, Snapshot
 from raygate.extender.errors import JSON, BadRequest, RayClusterNotFound
-from raygate.extender.http import AsyncRoute, Request, Response, Route
+from raygate.extender.http.app import AsyncRoute, Request, Response, Route
 from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
+from raygate.extender.state.cache import Changes, ClusterCache, Snapshot
 from raygate.extender.wire import admission_status as wire
 from raygate.plugin.admission import AdmissionStatus, Derivation, admission_inputs, admission_status
 from raygate.plugin.model import RayClusterView

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from raygate.extender.admission_api import AdmissionService, Scope
+from raygate.extender.api.admission import AdmissionService, Scope
 from raygate.extender.errors import BadRequest, RaygateError, Unavailable, grpc_status_for
 from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
 from raygate.extender.proto.raygate.v1 import admission_pb2_grpc

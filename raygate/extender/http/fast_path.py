@@ -29,8 +29,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from raygate.extender.deadlines import DeadlineProtocol
-from raygate.extender.http import Route, SyncRoutes
+from raygate.extender.http.app import Route, SyncRoutes
+from raygate.extender.http.deadlines import DeadlineProtocol
 
 __all__ = ["FastPathProtocol", "fast_path_protocol"]
 

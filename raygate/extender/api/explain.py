@@ -16,8 +16,6 @@ import grpc
 import msgspec
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from raygate.extender import convert
-from raygate.extender.cache import ClusterCache, Snapshot
 from raygate.extender.errors import (
     BadRequest,
     MissingField,
@@ -25,9 +23,11 @@ from raygate.extender.errors import (
     RaygateError,
     grpc_status_for,
 )
-from raygate.extender.http import API_MAX_BODY, AsyncRoute, Request, Response, Route
+from raygate.extender.http.app import API_MAX_BODY, AsyncRoute, Request, Response, Route
 from raygate.extender.proto.raygate.v1 import explain_pb2 as pb
 from raygate.extender.proto.raygate.v1 import explain_pb2_grpc
+from raygate.extender.state import convert
+from raygate.extender.state.cache import ClusterCache, Snapshot
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire.kube import Pod
 from raygate.plugin.explain import Explanation, explain

@@ -98,10 +98,10 @@ V = TypeVar("V")
 _NONE: Mapping[str, str] = MappingProxyType({})
 
 POD_CONDITIONS = frozenset({"PodScheduled", "Ready", "DisruptionTarget"})
-"""The pod conditions raygate reads (``PodView.condition`` in ``raygate.plugin.admission`` and
-``raygate.extender.cache``); the others (Initialized, ContainersReady, ...) are left out of the
-views the cache holds: at 150,000 pods they are a quarter of the memory. A rule that
-reads another condition type adds it here."""
+"""The pod conditions raygate reads (``PodView.condition`` in ``raygate.plugin.admission``
+and ``raygate.extender.state.cache``); the others (Initialized, ContainersReady, ...) are
+left out of the views the cache holds: at 150,000 pods they are a quarter of the memory.
+A rule that reads another condition type adds it here."""
 
 
 class _Memo(dict[K, V]):

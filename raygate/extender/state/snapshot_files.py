@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 import yaml
 
-from raygate.extender import convert
-from raygate.extender.cache import ClusterObjects
+from raygate.extender.state import convert
+from raygate.extender.state.cache import ClusterObjects
 from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.plugin.model import NodeView, PodGroupView, PodView, RayClusterView, WorkloadView
 

@@ -5,7 +5,7 @@ uvicorn with uvloop and httptools, with msgspec doing the JSON, is the fastest P
 stack for the extender's small-request, latency-bound pattern; frameworks cost 2-5x.
 Routes map a path to a function ``bytes -> bytes`` (``Route``); ``SyncRoutes`` runs them
 and maps their errors to replies through ``raygate.extender.errors.reply_for``, for both the
-ASGI app and ``raygate.extender.fast_path``, which answers most of their requests inside the
+ASGI app and ``raygate.extender.http.fast_path``, which answers most of their requests inside the
 protocol without ASGI. Routes that need the query, the headers, path parameters
 (``/v1/namespaces/{namespace}/...``) or to wait (long-poll) are ``AsyncRoute``s: looked
 up only after the exact-path table misses, so the scheduler's hot routes pay nothing for
@@ -189,7 +189,7 @@ class _AsyncRoutes:
 
 class SyncRoutes:
     """The exact-path ``Route``s, their metrics and the one place their handlers run:
-    shared by the ASGI app and the protocol's fast path (``raygate.extender.fast_path``)."""
+    shared by the ASGI app and the protocol's fast path (``raygate.extender.http.fast_path``)."""
 
     def __init__(self, routes: Mapping[str, Route], max_body: int,
                  metrics: RouteObserver | None) -> None:

@@ -1,0 +1,1 @@
+"""``raygate serve``'s settings: flags, environment, config file, reload."""

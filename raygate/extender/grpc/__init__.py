@@ -1,0 +1,1 @@
+"""The gRPC servicers of raygate's own API (``raygate.v1``)."""
