@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from raygate.extender import logs
 from raygate.extender.api.explain import ExplainService, fetch, render_table
+from raygate.extender.app import StartupError, serve
 from raygate.extender.check import live_inputs, run_check
 from raygate.extender.config.settings import (
     ENV_CONFIG,
@@ -22,41 +21,25 @@ from raygate.extender.config.settings import (
     ENV_KUBECONFIG,
     ENV_SNAPSHOT,
     SETTINGS,
-    PolicyReloader,
     ServeSettings,
-    authz_enabled,
     load_config_file,
     load_settings,
-    parse_addr,
     render_config,
 )
 from raygate.extender.errors import RaygateError
 from raygate.extender.kube.client import (
     ClusterConfigError,
-    Connection,
-    KubeTransport,
     NoClusterConfig,
     load_connection,
 )
-from raygate.extender.kube.source import LiveSource
-from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache, Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.plugin.config import ConfigError, PolicyConfig
-
-if TYPE_CHECKING:
-    from raygate.extender.authz import Authorizer
 
 __all__ = ["main"]
 
 log = logging.getLogger("raygate")
 
-NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Give it one of:
-  in-cluster config   run raygate in a pod (KUBERNETES_SERVICE_HOST, its service account)
-  --kubeconfig FILE   a kubeconfig (and --context NAME to choose a context)
-  $KUBECONFIG         a kubeconfig, else ~/.kube/config
-  --snapshot FILE     objects as `kubectl get ... -o yaml|json` prints them (repeatable)
-  --demo              the demo cluster shipped with raygate"""
 
 
 class _Given(argparse.Action):
@@ -190,102 +173,15 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
-    settings = loaded.settings
     if args.print_config:
         print(render_config(loaded, os.environ), end="")
         return 0
-    connection: Connection | None = None
     try:
-        host, port = parse_addr(settings.http_addr, "--http-addr")
-        if settings.demo:
-            objects, source = load_text(demo_text(), "demo"), "demo cluster"
-        elif settings.snapshots:
-            objects = load_files(settings.snapshots)
-            source = "snapshot " + ", ".join(settings.snapshots)
-        else:
-            try:
-                connection = load_connection(settings.kubeconfig or None,
-                                             settings.context or None)
-            except NoClusterConfig:
-                print(NO_CLUSTER, file=sys.stderr)
-                return 2
-            objects, source = None, f"cluster {connection.description}"
-        authorizer = _authorizer(settings, connection)
-    except (ConfigError, SnapshotError, ClusterConfigError) as exc:
-        print(f"raygate: {exc}", file=sys.stderr)
+        serve(loaded)
+    except StartupError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    # Once the settings hold: a refusal above is a line on stderr, not a log record.
-    logs.configure(settings.log_level, settings.log_format)
-    cache = ClusterCache(settings.policy, source)
-    if objects is not None:
-        cache.publish(Snapshot(objects, settings.policy))
-        counts = cache.snapshot.counts()
-        log.info("loaded %s: %s; ignored %s", source,
-                 ", ".join(f"{v} {k}" for k, v in counts.items()),
-                 dict(objects.ignored) or "nothing")
-    try:
-        sock = bind_socket(host, port)
-    except OSError as exc:
-        print(f"raygate: cannot listen on {settings.http_addr}: {exc.strerror}",
-              file=sys.stderr)
-        return 2
-    webhook = None
-    if settings.webhook_addr:  # load_settings made sure TLS is there
-        try:
-            webhook = WebhookListener(
-                bind_socket(*parse_addr(settings.webhook_addr, "--webhook-addr")),
-                settings.webhook_cert, settings.webhook_key)
-        except OSError as exc:
-            print(f"raygate: cannot listen on {settings.webhook_addr}: {exc.strerror}",
-                  file=sys.stderr)
-            return 2
-    try:
-        server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
-                               webhook=webhook, authorizer=authorizer)
-    except ConfigError as exc:  # certificate files that cannot be used
-        print(f"raygate: {exc}", file=sys.stderr)
-        return 2
-    if authorizer is not None:
-        server.metrics.watch_authz(authorizer.counts)
-    log.info("authz %s for the admission-status and explain APIs",
-             "on" if authorizer is not None else "off")
-    live = None
-    if connection is not None:
-        # Serving starts at once: /readyz answers 503 until every kind is listed.
-        live = LiveSource(cache, KubeTransport(connection))
-        live.start()
-        log.info("following %s", source)
-    reloader = None
-    if loaded.file is not None:
-        reloader = PolicyReloader(loaded.file, cache.set_policy).start()
-        server.metrics.watch_config(reloader.counts)
-    try:
-        import uvloop
-
-        uvloop.run(server.run())
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        asyncio.run(server.run())
-    finally:
-        if reloader is not None:
-            reloader.stop()
-        if live is not None:
-            live.stop()
-        if authorizer is not None:
-            authorizer.close()
     return 0
-
-
-def _authorizer(settings: ServeSettings, connection: Connection | None) -> Authorizer | None:
-    """The TokenReview/SubjectAccessReview guard of the status APIs, when authz is on."""
-    if not authz_enabled(settings, os.environ):
-        return None
-    if connection is None:  # load_settings refuses `authz: on` with --demo/--snapshot
-        raise ConfigError(["--authz: on needs a cluster to ask"])
-    # Imported here: only a process that checks callers needs it.
-    from raygate.extender.authz import Authorizer
-
-    return Authorizer.from_connection(connection, settings.authz_cache_seconds,
-                                      audiences=settings.authz_audiences)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

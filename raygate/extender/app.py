@@ -1,0 +1,165 @@
+"""``raygate serve`` put together: settings in, a running server out.
+
+The one place that decides what runs: where the cluster state comes from (the demo, snapshot
+files, or a cluster followed by list/watch), who may read the status APIs, which sockets
+are listened on, and what runs beside the server (the watch threads, the policy reload).
+A refusal at start is a ``StartupError``: one line on stderr and exit code 2, before
+anything is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from raygate.extender import logs
+from raygate.extender.config.settings import (
+    Loaded,
+    PolicyReloader,
+    ServeSettings,
+    authz_enabled,
+    parse_addr,
+)
+from raygate.extender.kube.client import (
+    ClusterConfigError,
+    Connection,
+    KubeTransport,
+    NoClusterConfig,
+    load_connection,
+)
+from raygate.extender.kube.source import LiveSource
+from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
+from raygate.extender.state.cache import ClusterCache, ClusterObjects, Snapshot
+from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.plugin.config import ConfigError
+
+if TYPE_CHECKING:
+    from raygate.extender.authz import Authorizer
+
+__all__ = ["NO_CLUSTER", "StartupError", "serve"]
+
+log = logging.getLogger("raygate")
+
+NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Give it one of:
+  in-cluster config   run raygate in a pod (KUBERNETES_SERVICE_HOST, its service account)
+  --kubeconfig FILE   a kubeconfig (and --context NAME to choose a context)
+  $KUBECONFIG         a kubeconfig, else ~/.kube/config
+  --snapshot FILE     objects as `kubectl get ... -o yaml|json` prints them (repeatable)
+  --demo              the demo cluster shipped with raygate"""
+
+
+class StartupError(Exception):
+    """raygate cannot start as configured; the message is what stderr gets."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the cluster state comes from: objects loaded once, or a cluster to follow."""
+
+    description: str
+    objects: ClusterObjects | None = None
+    connection: Connection | None = None
+
+
+def source_of(settings: ServeSettings) -> Source:
+    try:
+        if settings.demo:
+            return Source("demo cluster", objects=load_text(demo_text(), "demo"))
+        if settings.snapshots:
+            return Source("snapshot " + ", ".join(settings.snapshots),
+                          objects=load_files(settings.snapshots))
+        connection = load_connection(settings.kubeconfig or None, settings.context or None)
+    except NoClusterConfig:
+        raise StartupError(NO_CLUSTER) from None
+    except (SnapshotError, ClusterConfigError) as exc:
+        raise StartupError(f"raygate: {exc}") from None
+    return Source(f"cluster {connection.description}", connection=connection)
+
+
+def authorizer_for(settings: ServeSettings, connection: Connection | None) -> Authorizer | None:
+    """The TokenReview/SubjectAccessReview guard of the status APIs, when authz is on."""
+    if not authz_enabled(settings, os.environ):
+        return None
+    if connection is None:  # load_settings refuses `authz: on` with --demo/--snapshot
+        raise StartupError("raygate: --authz: on needs a cluster to ask")
+    # Imported here: only a process that checks callers needs it.
+    from raygate.extender.authz import Authorizer
+
+    return Authorizer.from_connection(connection, settings.authz_cache_seconds,
+                                      audiences=settings.authz_audiences)
+
+
+def _listen(addr: str, flag: str) -> socket.socket:
+    try:
+        return bind_socket(*parse_addr(addr, flag))
+    except OSError as exc:
+        raise StartupError(f"raygate: cannot listen on {addr}: {exc.strerror}") from None
+
+
+def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
+    cache = ClusterCache(settings.policy, source.description)
+    if source.objects is not None:
+        cache.publish(Snapshot(source.objects, settings.policy))
+        counts = cache.snapshot.counts()
+        log.info("loaded %s: %s; ignored %s", source.description,
+                 ", ".join(f"{v} {k}" for k, v in counts.items()),
+                 dict(source.objects.ignored) or "nothing")
+    return cache
+
+
+def _server(settings: ServeSettings, cache: ClusterCache,
+            authorizer: Authorizer | None) -> RaygateServer:
+    sock = _listen(settings.http_addr, "--http-addr")
+    webhook = None
+    if settings.webhook_addr:  # load_settings made sure TLS is there
+        webhook = WebhookListener(_listen(settings.webhook_addr, "--webhook-addr"),
+                                  settings.webhook_cert, settings.webhook_key)
+    try:
+        server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
+                               webhook=webhook, authorizer=authorizer)
+    except ConfigError as exc:  # certificate files that cannot be used
+        raise StartupError(f"raygate: {exc}") from None
+    if authorizer is not None:
+        server.metrics.watch_authz(authorizer.counts)
+    log.info("authz %s for the admission-status and explain APIs",
+             "on" if authorizer is not None else "off")
+    return server
+
+
+def serve(loaded: Loaded) -> None:
+    """Run raygate until it is told to stop; raises ``StartupError`` before serving."""
+    settings = loaded.settings
+    try:
+        parse_addr(settings.http_addr, "--http-addr")
+        source = source_of(settings)
+        authorizer = authorizer_for(settings, source.connection)
+    except ConfigError as exc:
+        raise StartupError(f"raygate: {exc}") from None
+    # Once the settings hold: a refusal above is a line on stderr, not a log record.
+    logs.configure(settings.log_level, settings.log_format)
+    with ExitStack() as running:
+        if authorizer is not None:
+            running.callback(authorizer.close)
+        cache = _cache(settings, source)
+        server = _server(settings, cache, authorizer)
+        if source.connection is not None:
+            # Serving starts at once: /readyz answers 503 until every kind is listed.
+            live = LiveSource(cache, KubeTransport(source.connection))
+            live.start()
+            running.callback(live.stop)
+            log.info("following %s", source.description)
+        if loaded.file is not None:
+            reloader = PolicyReloader(loaded.file, cache.set_policy).start()
+            running.callback(reloader.stop)
+            server.metrics.watch_config(reloader.counts)
+        try:
+            import uvloop
+
+            uvloop.run(server.run())
+        except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+            asyncio.run(server.run())
