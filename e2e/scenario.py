@@ -8,12 +8,13 @@ marked by a ``DisruptionTarget`` condition, terminating, gone.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+import yaml
 
 from e2e.objects import SCENARIO_LABEL
 from testbed.api import ApiError
@@ -119,7 +120,8 @@ class Scenario:
     # --- objects ------------------------------------------------------------------------
 
     def create(self, body: dict[str, Any]) -> None:
-        self.testbed.kubectl("create", "-f", "-", input=json.dumps(body))
+        """Create an object from YAML with kubectl, as an operator does."""
+        self.testbed.kubectl("create", "-f", "-", input=yaml.safe_dump(body))
         self.step(f"created {body['kind']} {body['metadata']['name']}")
 
     def scale(self, cluster: str, group: str, replicas: int) -> None:
