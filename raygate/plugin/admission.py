@@ -37,6 +37,7 @@ from raygate.plugin.classify import HEAD_GROUP, group_floor
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     ANNOTATION_GROUP_NAME,
+    PREEMPTION_REASON,
     ClusterView,
     Condition,
     GroupKey,
@@ -424,7 +425,7 @@ def _disruption_since(f: PodFacts) -> float | None:
 def _disruption_reason(f: PodFacts, what: str) -> str:
     if f.disruption is None:  # pragma: no cover - the rules that call this require one
         return what
-    reason = what if f.disruption.reason == "PreemptionByScheduler" else (
+    reason = what if f.disruption.reason == PREEMPTION_REASON else (
         f"{what} ({f.disruption.reason or 'no reason given'})")
     return f"{reason}: {f.disruption.message}" if f.disruption.message else reason
 
@@ -475,7 +476,7 @@ POD_RULES: tuple[PodRule, ...] = (
     PodRule(
         "preempted-by-scheduler", PodState.PREEMPTED,
         # kube-scheduler's reason for its preemptions, and Volcano's (ecosystem.md §4.1).
-        lambda f: f.disruption is not None and f.disruption.reason == "PreemptionByScheduler",
+        lambda f: f.disruption is not None and f.disruption.reason == PREEMPTION_REASON,
         lambda f: _disruption_reason(f, "preempted by the scheduler"),
         _disruption_since),
     PodRule(

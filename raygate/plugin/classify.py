@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
+    PREEMPTION_REASON,
     ClusterView,
     NodeView,
     PodView,
+    PreemptionRecord,
     RayClusterView,
     Role,
 )
@@ -23,8 +25,10 @@ __all__ = [
     "gpu_pod_resources",
     "group_floor",
     "group_roles",
+    "is_scheduled",
     "pod_requests",
     "pod_role",
+    "preemption_record",
 ]
 
 HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group value on the head pod
@@ -117,6 +121,25 @@ class RoleVerdict:
 
 def _live(pod: PodView) -> bool:
     return not pod.terminal and pod.deleted is None
+
+
+def is_scheduled(pod: PodView) -> bool:
+    """Holds a place on a node for its group: bound, neither terminating nor terminal."""
+    return bool(pod.node_name) and _live(pod)
+
+
+def preemption_record(pod: PodView, on_gpu_node: bool) -> PreemptionRecord | None:
+    """What the thrash guard remembers of a Ray pod the scheduler preempted (its
+    ``DisruptionTarget`` condition), or None when the scheduler did not preempt it."""
+    if not pod.is_ray or not pod.node_name:
+        return None
+    cond = pod.condition("DisruptionTarget")
+    if cond is None or cond.status != "True" or cond.reason != PREEMPTION_REASON:
+        return None
+    at = cond.last_transition if cond.last_transition is not None else pod.deleted
+    if at is None:
+        return None
+    return PreemptionRecord(pod.group_key, pod.uid, pod.node_name, on_gpu_node, at)
 
 
 def group_roles(

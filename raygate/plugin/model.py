@@ -45,6 +45,9 @@ ANNOTATION_PREEMPTABLE = "volcano.sh/preemptable"
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
              "0": False, "f": False, "F": False, "FALSE": False, "false": False,
              "False": False}
+# The DisruptionTarget reason kube-scheduler writes on the victims of its preemptions;
+# Volcano writes the same.
+PREEMPTION_REASON = "PreemptionByScheduler"
 # Set by KubeRay's Volcano integration on every pod of the gang.
 ANNOTATION_GROUP_NAME = "scheduling.k8s.io/group-name"
 

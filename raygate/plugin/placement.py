@@ -139,6 +139,13 @@ def score(node_is_gpu: bool) -> int:
     return MIN_SCORE if node_is_gpu else MAX_SCORE
 
 
+def volcano_score(node_is_gpu: bool, config: PolicyConfig) -> float:
+    """Volcano's score of a node for a managed pod: raygate's 0..10 scaled by
+    ``volcanoScoreScale``, since Volcano adds plugin scores as they come (floats, not
+    weighted like kube-scheduler's extenders)."""
+    return float(score(node_is_gpu) * config.volcano_score_scale)
+
+
 def filter_names(
     decision: Decision, names: list[str], gpu_nodes: frozenset[str]
 ) -> tuple[list[str], dict[str, str]]:

@@ -33,6 +33,22 @@ class Candidate:
     num_pdb_violations: int = 0
 
 
+def candidate_of_uids(node_name: str, uids: Sequence[str], num_pdb_violations: int,
+                      view: ClusterView) -> Candidate:
+    """The scheduler's proposal by UID (``nodeCacheCapable``), resolved against the view.
+    A pod the view places on another node is a stale view — the scheduler's own snapshot
+    says it is on this one — so it counts as unknown, like a UID the view lacks."""
+    known: list[PodView] = []
+    unknown: list[str] = []
+    for uid in uids:
+        pod = view.pod(uid)
+        if pod is not None and pod.node_name == node_name:
+            known.append(pod)
+        else:
+            unknown.append(uid)
+    return Candidate(node_name, tuple(known), tuple(unknown), num_pdb_violations)
+
+
 @dataclass(slots=True)
 class NodeOutcome:
     node_name: str

@@ -25,7 +25,7 @@ from raygate.extender.wire import scheduler as wire
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.model import PodView
 from raygate.plugin.placement import Decision, Placement, filter_names, score
-from raygate.plugin.victims import Candidate, select_victims
+from raygate.plugin.victims import Candidate, candidate_of_uids, select_victims
 
 __all__ = ["SchedulerExtender", "scheduler_routes"]
 
@@ -218,19 +218,9 @@ class SchedulerExtender:
         full = args.node_name_to_victims
         if isinstance(meta, dict):
             for node_name, victims in meta.items():
-                known: list[PodView] = []
-                unknown: list[str] = []
-                for meta_pod in (victims.pods if victims else None) or ():
-                    view = snap.pod(meta_pod.uid)
-                    # A pod the cache places elsewhere is stale cache; the scheduler's
-                    # snapshot says it is on this node, so treat it as unknown.
-                    if view is not None and view.node_name == node_name:
-                        known.append(view)
-                    else:
-                        unknown.append(meta_pod.uid)
-                candidates.append(Candidate(
-                    node_name, tuple(known), tuple(unknown),
-                    victims.num_pdb_violations if victims else 0))
+                uids = [p.uid for p in (victims.pods if victims else None) or ()]
+                candidates.append(candidate_of_uids(
+                    node_name, uids, victims.num_pdb_violations if victims else 0, snap))
         elif isinstance(full, dict):
             for node_name, full_victims in full.items():
                 pods = (full_victims.pods if full_victims else None) or ()

@@ -26,7 +26,7 @@ from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.extender.wire import volcano as wire
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.model import PodView
-from raygate.plugin.placement import Decision, Placement, score
+from raygate.plugin.placement import Decision, Placement, volcano_score
 from raygate.plugin.victims import volcano_victims
 
 __all__ = ["VolcanoExtender", "volcano_routes"]
@@ -132,10 +132,9 @@ class VolcanoExtender:
         decision = self._decide(pod, snap, "prioritize", metrics)
         if decision.placement is Placement.UNMANAGED or not request.nodes:
             return EMPTY_SCORES
-        scale = snap.config.volcano_score_scale
         scores = {
-            node.name: float(score(self._is_gpu(node, snap, f"$.nodes[{i}]", metrics))
-                             * scale)
+            node.name: volcano_score(self._is_gpu(node, snap, f"$.nodes[{i}]", metrics),
+                                     snap.config)
             for i, node in enumerate(request.nodes)
         }
         return _encode(wire.PrioritizeResponse(node_score=scores))

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
 import msgspec
 from immutables import Map
 
-from raygate.plugin.classify import gpu_node_reason
+from raygate.extender.wire.scheduler import HostPriority
+from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_record
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     GroupKey,
@@ -51,6 +52,10 @@ from raygate.plugin.placement import score
 if TYPE_CHECKING:
     from immutables._protocols import MapMutation
 
+HOST_PRIORITY = msgspec.json.Encoder()
+"""Each node's prioritize entry (``HostPriority``, kube-scheduler's PascalCase) is encoded
+when the node changes, not per request: prioritize joins the entries' bytes."""
+
 __all__ = [
     "KINDS",
     "Changes",
@@ -65,10 +70,6 @@ __all__ = [
     "key_of",
     "object_key",
 ]
-
-# kube-scheduler's DisruptionTarget reason for its own preemptions; Volcano writes the
-# same (ecosystem.md §4.1, §2.4).
-PREEMPTION_REASON = "PreemptionByScheduler"
 
 NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD = "Node", "Pod", "RayCluster", "PodGroup", "Workload"
 KINDS = (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD)
@@ -126,28 +127,6 @@ def key_of(view: View) -> ObjectKey:
     if isinstance(view, NodeView):
         return view.name
     return (view.namespace, view.name)
-
-
-def preemption_record(pod: PodView, on_gpu_node: bool) -> PreemptionRecord | None:
-    """The thrash-guard record of a Ray pod the scheduler preempted, if it was."""
-    if not pod.is_ray or not pod.node_name:
-        return None
-    cond = pod.condition("DisruptionTarget")
-    if cond is None or cond.status != "True" or cond.reason != PREEMPTION_REASON:
-        return None
-    at = cond.last_transition if cond.last_transition is not None else pod.deleted
-    if at is None:
-        return None
-    return PreemptionRecord(pod.group_key, pod.uid, pod.node_name, on_gpu_node, at)
-
-
-def _scheduled(pod: PodView) -> bool:
-    """Counted by ``scheduled_count``: bound, neither terminating nor terminal."""
-    return bool(pod.node_name) and not pod.terminal and pod.deleted is None
-
-
-def _entry_bytes(name: str, is_gpu: bool) -> bytes:
-    return b'{"Host":%s,"Score":%d}' % (msgspec.json.encode(name), score(is_gpu))
 
 
 @dataclass(frozen=True, slots=True)
@@ -636,7 +615,7 @@ class SnapshotEditor:
             return  # same class: nothing the hot path reads changes
         gpu, entries = self._writable_gpu()
         gpu[view.name] = is_gpu
-        entries[view.name] = _entry_bytes(view.name, is_gpu)
+        entries[view.name] = HOST_PRIORITY.encode(HostPriority(host=view.name, score=score(is_gpu)))
         if not known:
             self._new_nodes.append(view.name)
 
@@ -671,7 +650,7 @@ class SnapshotEditor:
             group = view.group_key
             self._by_group.add(group, key, view)
             self._by_cluster.add((group.namespace, group.cluster), key, view)
-            if _scheduled(view):
+            if is_scheduled(view):
                 self._scheduled.set(group, (self._scheduled.get(group) or 0) + 1)
             record = preemption_record(view, self._is_gpu(view.node_name))
             if record is not None:
@@ -685,7 +664,7 @@ class SnapshotEditor:
             group = view.group_key
             self._by_group.add(group, key, view)
             self._by_cluster.add((group.namespace, group.cluster), key, view)
-            counted, counts = _scheduled(was), _scheduled(view)
+            counted, counts = is_scheduled(was), is_scheduled(view)
             if counted != counts:
                 left = (self._scheduled.get(group) or 0) + (1 if counts else -1)
                 if left > 0:
@@ -712,7 +691,7 @@ class SnapshotEditor:
                 group = view.group_key
                 by_group.setdefault(group, {})[key] = view
                 by_cluster.setdefault((group.namespace, group.cluster), {})[key] = view
-                if _scheduled(view):
+                if is_scheduled(view):
                     scheduled[group] += 1
                 record = preemption_record(view, self._is_gpu(view.node_name))
                 if record is not None:
@@ -733,7 +712,7 @@ class SnapshotEditor:
             group = view.group_key
             self._by_group.remove(group, key)
             self._by_cluster.remove((group.namespace, group.cluster), key)
-            if _scheduled(view):
+            if is_scheduled(view):
                 left = (self._scheduled.get(group) or 0) - 1
                 if left > 0:
                     self._scheduled.set(group, left)
