@@ -383,3 +383,16 @@ def test_a_connection_answered_before_its_body_ended_still_times_out_when_idle(
         sock.sendall(b"x" * 1000)
         sock.settimeout(5)
         assert closed(sock)
+
+
+def test_uvicorn_is_the_version_the_fast_path_was_written_for() -> None:
+    """The fast path and the request deadline live inside uvicorn's httptools protocol
+    (its private attributes included): a new uvicorn is a reviewed change of the pin."""
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    (pin,) = [d for d in dependencies if d.startswith("uvicorn")]
+    assert pin == f"uvicorn=={version('uvicorn')}"
