@@ -12,7 +12,7 @@ from typing import Self
 
 from tests.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster, uid_for
 
-# kube-scheduler's and Volcano's words (ecosystem.md §4.2, §2.5).
+# kube-scheduler's and Volcano's words.
 INSUFFICIENT_CPU = "0/5 nodes are available: 5 Insufficient cpu."
 MIXED_GPU = ("0/6 nodes are available: 2 Insufficient nvidia.com/gpu, 4 node(s) didn't match "
              "Pod's node affinity/selector. preemption: 0/6 nodes are available: 2 No "

@@ -162,7 +162,7 @@ class FakeKube(IKubernetesHttpApiClient):  # type: ignore[misc]  # Ray is untype
         return spec  # type: ignore[no-any-return]
 
     def kuberay(self) -> None:
-        """KubeRay's reconcilePods for ordinary groups (ecosystem.md §1.4): delete every
+        """KubeRay's reconcilePods for ordinary groups: delete every
         pod in workersToDelete, then create pods up to the desired count; with in-tree
         autoscaling it never deletes pods by itself."""
         for spec in self.cluster["spec"]["workerGroupSpecs"]:

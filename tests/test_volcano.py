@@ -1,5 +1,5 @@
 """Volcano's extender verbs over real HTTP on loopback: every rule, every trap of the wire
-format (protocols.md §2), and malformed input."""
+format, and malformed input."""
 
 from __future__ import annotations
 

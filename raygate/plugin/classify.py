@@ -94,7 +94,7 @@ def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
 def group_floor(cluster: RayClusterView, group: str) -> int:
     """The number of pods of ``group`` that hold the gang floor.
 
-    Mirrors how KubeRay sizes the Volcano PodGroup's ``minMember`` (ecosystem.md §1.3):
+    Mirrors how KubeRay sizes the Volcano PodGroup's ``minMember``:
     ``minReplicas × numOfHosts`` with in-tree autoscaling, else
     ``clamp(replicas, min, max) × numOfHosts``; suspended groups and unknown groups count
     nothing. The head group's floor is 1.

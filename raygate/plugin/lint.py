@@ -2,7 +2,7 @@
 
 Each rule is a small pure function from a RayCluster (and, when live, what raygate sees of
 the cluster) to findings with a stable ID, a severity, the field path and a one-line fix.
-The background: ecosystem.md §1.3 (how KubeRay sizes Volcano's PodGroup) and §6.
+The background: how KubeRay sizes Volcano's PodGroup (``minMember``, ``minResources``).
 """
 
 from __future__ import annotations

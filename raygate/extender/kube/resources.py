@@ -82,8 +82,7 @@ RESOURCES: tuple[Resource, ...] = (
              convert.raycluster_view, crd=True),
     Resource(cache.PODGROUP, "scheduling.volcano.sh", ("v1beta1",), "podgroups",
              kube.PodGroup, convert.podgroup_view, crd=True),
-    # v1beta2 is Kueue's storage version since 0.16; older installs serve only v1beta1
-    # (ecosystem.md §3.1).
+    # v1beta2 is Kueue's storage version since 0.16; older installs serve only v1beta1.
     Resource(cache.WORKLOAD, "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads",
              kube.Workload, convert.workload_view, crd=True),
 )
