@@ -127,7 +127,8 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
 
     from raygate.extender.server import RaygateServer, bind_socket
     from raygate.extender.state import convert
-    from raygate.extender.state.cache import ClusterCache, Snapshot
+    from raygate.extender.state.cache import ClusterCache
+    from raygate.extender.state.snapshot import Snapshot
     from raygate.extender.state.snapshot_files import load_text
     from raygate.extender.wire import kube
     from raygate.plugin.config import PolicyConfig

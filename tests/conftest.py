@@ -17,7 +17,8 @@ import uvloop
 
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.server import RaygateServer, bind_socket
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, Obj, object_list

@@ -390,7 +390,7 @@ DEMO_NOW = T0_EPOCH + 86_400  # any time after the demo's events: no preemption 
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[ServerThread]:
-    from raygate.extender.state.cache import Snapshot
+    from raygate.extender.state.snapshot import Snapshot
     from raygate.extender.state.snapshot_files import demo_text, load_text
 
     cache = ClusterCache(PolicyConfig(), "demo cluster")

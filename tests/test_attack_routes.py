@@ -37,7 +37,8 @@ from hypothesis import strategies as st
 
 from raygate.extender.api.webhook import MARKER
 from raygate.extender.server import WebhookListener, bind_socket
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, make_pod

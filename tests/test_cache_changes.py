@@ -9,17 +9,10 @@ from hypothesis import strategies as st
 
 from raygate.extender.api.admission import AdmissionService
 from raygate.extender.kube.source import CacheWriter
-from raygate.extender.state.cache import (
-    NODE,
-    POD,
-    Changes,
-    ClusterCache,
-    ClusterObjects,
-    Snapshot,
-    SyncStatus,
-    View,
-    key_of,
-)
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.keys import NODE, POD, ClusterObjects, View, key_of
+from raygate.extender.state.snapshot import Changes, Snapshot
+from raygate.extender.state.sync import SyncStatus
 from raygate.plugin.admission import admission_statuses
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (

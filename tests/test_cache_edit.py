@@ -9,17 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.extender.state.cache import (
+from raygate.extender.state.keys import (
     NODE,
     POD,
     PODGROUP,
     RAYCLUSTER,
     WORKLOAD,
     ClusterObjects,
-    Snapshot,
     View,
     key_of,
 )
+from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     Condition,

@@ -37,7 +37,8 @@ from raygate.extender.kube.client import _Decoders, decode_line, decode_page
 from raygate.extender.kube.resources import RESOURCES
 from raygate.extender.kube.watch import TransportError
 from raygate.extender.state import convert
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_text
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire import scheduler as wire

@@ -20,7 +20,9 @@ import pytest
 from raygate.extender.kube.client import KubeTransport, load_connection
 from raygate.extender.kube.source import LiveSource
 from raygate.extender.kube.watch import BackoffPolicy, WatchSettings
-from raygate.extender.state.cache import KINDS, ClusterCache, Snapshot, key_of
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.keys import KINDS, key_of
+from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import GroupKey
 from tests.apiserver import CORE, CRDS, ApiServerDouble

@@ -29,7 +29,9 @@ from raygate.extender.kube.watch import (
     WatchLine,
     WatchSettings,
 )
-from raygate.extender.state.cache import POD, WORKLOAD, ClusterCache, SyncStatus
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.keys import POD, WORKLOAD
+from raygate.extender.state.sync import SyncStatus
 from raygate.extender.wire import kube
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_pod

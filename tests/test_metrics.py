@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from raygate.extender.metrics import LATENCY_BUCKETS, Metrics
-from raygate.extender.state.cache import ClusterCache, SyncStatus
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.sync import SyncStatus
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import ANNOTATION_PREEMPTABLE
 from raygate.plugin.placement import Rule

@@ -25,7 +25,8 @@ from raygate.extender.config.settings import (
     read_config_file,
     render_config,
 )
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import ConfigError, GpuNodesForSurplus, PolicyConfig
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raygate.extender.state.cache import Snapshot
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster, object_list

@@ -25,7 +25,8 @@ from bench.payloads import (
 from bench.scenarios import CLUSTER_NODES
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.api.volcano import VolcanoExtender
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import load_text
 from raygate.plugin.config import PolicyConfig
 

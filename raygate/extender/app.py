@@ -34,7 +34,9 @@ from raygate.extender.kube.client import (
 )
 from raygate.extender.kube.source import LiveSource
 from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
-from raygate.extender.state.cache import ClusterCache, ClusterObjects, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.keys import ClusterObjects
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.plugin.config import ConfigError
 

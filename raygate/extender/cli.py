@@ -32,7 +32,8 @@ from raygate.extender.kube.client import (
     NoClusterConfig,
     load_connection,
 )
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.plugin.config import ConfigError, PolicyConfig
 

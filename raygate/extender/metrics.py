@@ -42,7 +42,8 @@ from raygate.extender.http.app import Gate, Route
 from raygate.plugin.placement import Decision, Rule
 
 if TYPE_CHECKING:
-    from raygate.extender.state.cache import ClusterCache, KindReport
+    from raygate.extender.state.cache import ClusterCache
+    from raygate.extender.state.sync import KindReport
     from raygate.extender.tls import CertReloader
 
 __all__ = [

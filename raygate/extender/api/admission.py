@@ -42,7 +42,8 @@ import msgspec
 from raygate.extender.errors import JSON, BadRequest, RayClusterNotFound
 from raygate.extender.http.app import AsyncRoute, Request, Response, Route
 from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
-from raygate.extender.state.cache import Changes, ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Changes, Snapshot
 from raygate.extender.wire import admission_status as wire
 from raygate.plugin.admission import AdmissionStatus, Derivation, admission_inputs, admission_status
 from raygate.plugin.model import RayClusterView

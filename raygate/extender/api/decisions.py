@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from raygate.extender.metrics import VerbMetrics
-from raygate.extender.state.cache import Snapshot
+from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.model import PodView
 from raygate.plugin.placement import Decision, decide
 

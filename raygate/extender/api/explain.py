@@ -27,7 +27,8 @@ from raygate.extender.http.app import API_MAX_BODY, AsyncRoute, Request, Respons
 from raygate.extender.proto.raygate.v1 import explain_pb2 as pb
 from raygate.extender.proto.raygate.v1 import explain_pb2_grpc
 from raygate.extender.state import convert
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire.kube import Pod
 from raygate.plugin.explain import Explanation, explain

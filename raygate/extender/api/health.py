@@ -8,7 +8,8 @@ import msgspec
 
 from raygate.extender.errors import JSON, Reply
 from raygate.extender.http.app import Route
-from raygate.extender.state.cache import ClusterCache, KindReport
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.sync import KindReport
 
 __all__ = ["health_routes"]
 

@@ -21,7 +21,8 @@ from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http.app import Gate, Route
 from raygate.extender.metrics import Metrics, VerbMetrics
 from raygate.extender.state import convert
-from raygate.extender.state.cache import ClusterCache, Snapshot
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.extender.wire import volcano as wire
 from raygate.plugin.classify import gpu_node_reason

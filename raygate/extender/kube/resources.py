@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from raygate.extender.state import cache, convert
+from raygate.extender.state import convert, keys
 from raygate.extender.state.convert import PodViews
 from raygate.extender.wire import kube
 
@@ -23,14 +23,14 @@ __all__ = ["RESOURCES", "Resource", "Served"]
 @dataclass(frozen=True)
 class Resource:
     kind: str
-    """The cache's name of the kind (``raygate.extender.state.cache.KINDS``)."""
+    """The cache's name of the kind (``raygate.extender.state.keys.KINDS``)."""
     group: str
     """API group; "" for the core group (``/api/v1``)."""
     versions: tuple[str, ...]
     """Versions to use, most preferred first."""
     plural: str
     wire: type[msgspec.Struct]
-    view: Callable[[Any], cache.View]
+    view: Callable[[Any], keys.View]
     """Wire object to the policy's view (``raygate.extender.state.convert``)."""
     crd: bool = False
     """A custom resource: may be absent from the cluster, found by discovery."""
@@ -75,14 +75,14 @@ class Served:
 
 
 RESOURCES: tuple[Resource, ...] = (
-    Resource(cache.NODE, "", ("v1",), "nodes", kube.Node, convert.node_view),
+    Resource(keys.NODE, "", ("v1",), "nodes", kube.Node, convert.node_view),
     # Pods are most of a cluster: their views share what repeats (``convert.PodViews``).
-    Resource(cache.POD, "", ("v1",), "pods", kube.Pod, PodViews()),
-    Resource(cache.RAYCLUSTER, "ray.io", ("v1",), "rayclusters", kube.RayCluster,
+    Resource(keys.POD, "", ("v1",), "pods", kube.Pod, PodViews()),
+    Resource(keys.RAYCLUSTER, "ray.io", ("v1",), "rayclusters", kube.RayCluster,
              convert.raycluster_view, crd=True),
-    Resource(cache.PODGROUP, "scheduling.volcano.sh", ("v1beta1",), "podgroups",
+    Resource(keys.PODGROUP, "scheduling.volcano.sh", ("v1beta1",), "podgroups",
              kube.PodGroup, convert.podgroup_view, crd=True),
     # v1beta2 is Kueue's storage version since 0.16; older installs serve only v1beta1.
-    Resource(cache.WORKLOAD, "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads",
+    Resource(keys.WORKLOAD, "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads",
              kube.Workload, convert.workload_view, crd=True),
 )

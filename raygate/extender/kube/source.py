@@ -23,14 +23,11 @@ from dataclasses import dataclass
 
 from raygate.extender.kube.resources import RESOURCES, Resource
 from raygate.extender.kube.watch import DELETED, KindWatcher, Transport, WatchSettings
-from raygate.extender.state.cache import (
-    ClusterCache,
-    ObjectKey,
-    Snapshot,
-    SnapshotEditor,
-    SyncStatus,
-    View,
-)
+from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.editor import SnapshotEditor
+from raygate.extender.state.keys import ObjectKey, View
+from raygate.extender.state.snapshot import Snapshot
+from raygate.extender.state.sync import SyncStatus
 from raygate.plugin.config import PolicyConfig
 
 __all__ = ["CacheWriter", "LiveSource"]

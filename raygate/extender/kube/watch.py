@@ -29,7 +29,9 @@ from typing import Any, Protocol
 
 from raygate.extender.kube.resources import Resource, Served
 from raygate.extender.state import convert
-from raygate.extender.state.cache import KindSync, ObjectKey, Snapshot, View, object_key
+from raygate.extender.state.keys import ObjectKey, View, object_key
+from raygate.extender.state.snapshot import Snapshot
+from raygate.extender.state.sync import KindSync
 from raygate.extender.wire import kube
 
 __all__ = [

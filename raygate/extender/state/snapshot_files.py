@@ -18,7 +18,7 @@ import msgspec
 import yaml
 
 from raygate.extender.state import convert
-from raygate.extender.state.cache import ClusterObjects
+from raygate.extender.state.keys import ClusterObjects
 from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.plugin.model import NodeView, PodGroupView, PodView, RayClusterView, WorkloadView
 

@@ -1,0 +1,68 @@
+"""The kinds the cache holds and how it names their objects."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
+
+from raygate.plugin.model import (
+    NodeView,
+    PodGroupView,
+    PodView,
+    RayClusterView,
+    WorkloadView,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+
+NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD = "Node", "Pod", "RayCluster", "PodGroup", "Workload"
+KINDS = (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD)
+"""The kinds the cache holds, in the order a whole snapshot is built (nodes first, so a
+pod's node class is known when its preemption is recorded)."""
+
+View: TypeAlias = NodeView | PodView | RayClusterView | PodGroupView | WorkloadView
+ClusterKey: TypeAlias = tuple[str, str]
+"""(namespace, name) of a RayCluster."""
+ObjectKey: TypeAlias = str | tuple[str, str]
+"""How the cache names an object of a kind: a node by name, a pod by UID, the namespaced
+custom resources by (namespace, name)."""
+
+
+@dataclass(frozen=True)
+class ClusterObjects:
+    """Everything a source delivered, as policy views."""
+
+    nodes: tuple[NodeView, ...] = ()
+    pods: tuple[PodView, ...] = ()
+    rayclusters: tuple[RayClusterView, ...] = ()
+    podgroups: tuple[PodGroupView, ...] = ()
+    workloads: tuple[WorkloadView, ...] = ()
+    ignored: Counter[str] = field(default_factory=Counter)
+    """Objects of kinds raygate does not use, by kind."""
+
+
+def pod_key(uid: str, namespace: str, name: str) -> str:
+    # Every pod the API server returns has a UID; a hand-written snapshot file may not.
+    return uid or f"{namespace}/{name}"
+
+
+def object_key(kind: str, namespace: str, name: str, uid: str) -> ObjectKey:
+    """The key of an object of ``kind`` from its metadata alone (for an object raygate
+    could not read, to remove the version it holds)."""
+    if kind == POD:
+        return pod_key(uid, namespace, name)
+    if kind == NODE:
+        return name
+    return (namespace, name)
+
+
+def key_of(view: View) -> ObjectKey:
+    if isinstance(view, PodView):
+        return pod_key(view.uid, view.namespace, view.name)
+    if isinstance(view, NodeView):
+        return view.name
+    return (view.namespace, view.name)
