@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from raygate.extender.config.settings import load_config_file, parse_addr
+from raygate.extender.config.file import load_config_file
+from raygate.extender.config.settings import parse_addr
 from raygate.plugin.config import (
     ConfigError,
     GpuNodesForSurplus,

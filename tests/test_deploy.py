@@ -20,7 +20,8 @@ from raygate.extender.api.scheduler import SchedulerExtender, scheduler_routes
 from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
 from raygate.extender.api.webhook import webhook_routes
 from raygate.extender.cli import _parser
-from raygate.extender.config.settings import load_config_file, parse_addr
+from raygate.extender.config.file import load_config_file
+from raygate.extender.config.settings import parse_addr
 from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot_files import load_files

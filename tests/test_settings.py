@@ -15,16 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from raygate.extender.config.settings import (
-    SETTINGS,
-    ConfigFile,
-    PolicyReloader,
-    ServeSettings,
-    authz_enabled,
-    load_settings,
-    read_config_file,
-    render_config,
-)
+from raygate.extender.config.file import ConfigFile, read_config_file
+from raygate.extender.config.load import authz_enabled, load_settings
+from raygate.extender.config.reload import PolicyReloader
+from raygate.extender.config.render import render_config
+from raygate.extender.config.settings import SETTINGS, ServeSettings
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text

@@ -18,13 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raygate.extender import logs
-from raygate.extender.config.settings import (
-    Loaded,
-    PolicyReloader,
-    ServeSettings,
-    authz_enabled,
-    parse_addr,
-)
+from raygate.extender.config.load import Loaded, authz_enabled
+from raygate.extender.config.reload import PolicyReloader
+from raygate.extender.config.settings import ServeSettings, parse_addr
 from raygate.extender.kube.client import (
     ClusterConfigError,
     Connection,

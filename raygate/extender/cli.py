@@ -14,6 +14,9 @@ import msgspec
 from raygate.extender.api.explain import ExplainService, fetch, render_table
 from raygate.extender.app import StartupError, serve
 from raygate.extender.check import live_inputs, run_check
+from raygate.extender.config.file import load_config_file
+from raygate.extender.config.load import load_settings
+from raygate.extender.config.render import render_config
 from raygate.extender.config.settings import (
     ENV_CONFIG,
     ENV_CONTEXT,
@@ -22,9 +25,6 @@ from raygate.extender.config.settings import (
     ENV_SNAPSHOT,
     SETTINGS,
     ServeSettings,
-    load_config_file,
-    load_settings,
-    render_config,
 )
 from raygate.extender.errors import RaygateError
 from raygate.extender.kube.client import (
