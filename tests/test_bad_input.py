@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raygate.extender.config.settings import ServeSettings
-from raygate.extender.http.app import API_MAX_BODY
+from raygate.extender.http.routes import API_MAX_BODY
 from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster

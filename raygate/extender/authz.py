@@ -62,7 +62,7 @@ from raygate.extender.errors import (
     grpc_status_for,
     reply_for,
 )
-from raygate.extender.http.app import AsyncRoute, Request, Response, Route
+from raygate.extender.http.routes import AsyncRoute, Request, Response, Route
 from raygate.extender.kube.client import Connection
 from raygate.extender.kube.reviews import (
     Access,

@@ -38,7 +38,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from raygate.extender.http.app import Gate, Route
+from raygate.extender.http.routes import Gate, Route
 from raygate.plugin.placement import Decision, Rule
 
 if TYPE_CHECKING:

@@ -36,9 +36,10 @@ from raygate.extender.api.webhook import webhook_routes
 from raygate.extender.config.settings import ServeSettings
 from raygate.extender.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.extender.grpc.servicers import add_admission_service
-from raygate.extender.http.app import AsyncRoute, Gate, HttpApp, Route
+from raygate.extender.http.app import HttpApp
 from raygate.extender.http.deadlines import sweep
 from raygate.extender.http.fast_path import fast_path_protocol
+from raygate.extender.http.routes import AsyncRoute, Gate, Route
 from raygate.extender.metrics import Metrics, metrics_routes
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.tls import CertReloader, TlsFiles

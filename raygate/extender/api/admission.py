@@ -40,7 +40,7 @@ from importlib import resources
 import msgspec
 
 from raygate.extender.errors import JSON, BadRequest, RayClusterNotFound
-from raygate.extender.http.app import AsyncRoute, Request, Response, Route
+from raygate.extender.http.routes import AsyncRoute, Request, Response, Route
 from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Changes, Snapshot

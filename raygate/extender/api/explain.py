@@ -23,7 +23,7 @@ from raygate.extender.errors import (
     RaygateError,
     grpc_status_for,
 )
-from raygate.extender.http.app import API_MAX_BODY, AsyncRoute, Request, Response, Route
+from raygate.extender.http.routes import API_MAX_BODY, AsyncRoute, Request, Response, Route
 from raygate.extender.proto.raygate.v1 import explain_pb2 as pb
 from raygate.extender.proto.raygate.v1 import explain_pb2_grpc
 from raygate.extender.state import convert

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import msgspec
 
 from raygate.extender.errors import JSON, Reply
-from raygate.extender.http.app import Route
+from raygate.extender.http.routes import Route
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.sync import KindReport
 

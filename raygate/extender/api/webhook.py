@@ -14,7 +14,7 @@ import logging
 import msgspec
 
 from raygate.extender.errors import BadRequest, MissingField
-from raygate.extender.http.app import Route
+from raygate.extender.http.routes import Route
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire import admission_review as wire
 from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE

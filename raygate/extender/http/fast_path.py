@@ -29,8 +29,9 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from raygate.extender.http.app import Route, SyncRoutes
+from raygate.extender.http.app import SyncRoutes
 from raygate.extender.http.deadlines import DeadlineProtocol
+from raygate.extender.http.routes import Route
 
 __all__ = ["FastPathProtocol", "fast_path_protocol"]
 
