@@ -469,11 +469,11 @@ def _request_position(count: int) -> int:
 def test_a_change_wakes_many_waiters_a_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A request that arrives while a change wakes many waiters runs after a batch or two,
     not after all of them."""
-    from raygate.extender.api import admission as admission_api
+    from raygate.extender.api import admission_waiters
 
-    count = 8 * admission_api.WAKE_BATCH
-    assert _request_position(count) <= 3 * admission_api.WAKE_BATCH
-    monkeypatch.setattr(admission_api, "WAKE_BATCH", count)  # all at once: the request last
+    count = 8 * admission_waiters.WAKE_BATCH
+    assert _request_position(count) <= 3 * admission_waiters.WAKE_BATCH
+    monkeypatch.setattr(admission_waiters, "WAKE_BATCH", count)  # all at once: the request last
     assert _request_position(count) == count
 
 

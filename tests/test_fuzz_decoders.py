@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raygate.extender.api import webhook
-from raygate.extender.api.admission import _timeout
+from raygate.extender.api.admission_http import wait_timeout
 from raygate.extender.api.explain import ExplainService
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.api.volcano import VolcanoExtender
@@ -118,7 +118,7 @@ def test_scheduler_envelopes_decode_or_raise_decode_error(body: bytes) -> None:
 @given(raw=st.text(max_size=20))
 def test_long_poll_timeouts_parse_or_are_bad_requests(raw: str) -> None:
     try:
-        seconds = _timeout(raw)
+        seconds = wait_timeout(raw)
     except BadRequest:
         return
     assert 0 <= seconds <= 300

@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from raygate.extender.api.admission import AdmissionService, Scope
+from raygate.extender.api.admission import AdmissionService
+from raygate.extender.api.admission_state import Scope
 from raygate.extender.errors import BadRequest, RaygateError, Unavailable, grpc_status_for
 from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
 from raygate.extender.proto.raygate.v1 import admission_pb2_grpc

@@ -1,0 +1,51 @@
+"""The HTTP side of the admission-status API: conditional GETs (ETag, ``If-None-Match``),
+the long-poll's ``waitForChange`` timeout, and the OpenAPI document."""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+from raygate.extender.errors import JSON, BadRequest
+from raygate.extender.http.routes import Request, Response
+
+MAX_WAIT_SECONDS = 300.0
+"""The longest long-poll (``timeoutSeconds``); a client polls again after it."""
+
+
+DEFAULT_WAIT_SECONDS = 30.0
+
+
+def wait_timeout(raw: str | None) -> float:
+    if raw is None:
+        return DEFAULT_WAIT_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_WAIT_SECONDS:  # NaN fails too
+        raise BadRequest(f"timeoutSeconds: expected a number of seconds in "
+                         f"[0, {MAX_WAIT_SECONDS:g}], got {raw!r}")
+    return seconds
+
+
+def etag_matches(header: bytes | None, etag: bytes) -> bool:
+    """``If-None-Match`` (RFC 9110 §13.1.2): ``*`` or a list of entity tags, compared
+    weakly (a ``W/`` prefix is ignored)."""
+    if header is None:
+        return False
+    return any(candidate.strip().removeprefix(b"W/") in (b"*", etag)
+               for candidate in header.split(b","))
+
+
+def conditional_reply(request: Request, version: str, body: bytes) -> Response:
+    etag = b'"%s"' % version.encode()
+    headers = ((b"etag", etag), (b"cache-control", b"no-cache"))
+    if etag_matches(request.headers.get(b"if-none-match"), etag):
+        return Response(304, b"", JSON, headers)
+    return Response(200, body, JSON, headers)
+
+
+def openapi_document() -> bytes:
+    """The OpenAPI 3.1 document of the HTTP API, shipped in the package."""
+    return resources.files("raygate.extender").joinpath("openapi.json").read_bytes()
