@@ -326,7 +326,7 @@ def _raygate_main(conn: Connection, kubeconfig: str, admission: bool,
 
     from raygate.extender.kube.client import KubeTransport, load_connection
     from raygate.extender.kube.source import LiveSource
-    from raygate.extender.kube.watch import WatchSettings
+    from raygate.extender.kube.transport import WatchSettings
     from raygate.extender.server import RaygateServer, bind_socket
     from raygate.extender.state.cache import ClusterCache
     from raygate.plugin.config import PolicyConfig
@@ -468,12 +468,12 @@ def _measure(port: int, body: bytes, until: Callable[[], bool], *, at_least: int
 def _decode_convert_cost(cluster: Cluster, samples: int = 3000) -> float:
     """Microseconds to decode one pod watch event and build its view (the watcher's share
     of an event, done before the writer sees it)."""
-    from raygate.extender.kube.client import _Decoders, decode_line
+    from raygate.extender.kube.decode import Decoders, decode_line
     from raygate.extender.state import convert
     from raygate.extender.wire import kube
     from raygate.plugin.quantity import parse_milli
 
-    decoders = _Decoders(kube.Pod)
+    decoders = Decoders(kube.Pod)
     lines = [b'{"type":"MODIFIED","object":%s}' % cluster.render(cluster.pods[i * 37 % len(
         cluster.pods)]).replace(b"__RV__", b"1") for i in range(samples)]
     parse_milli.cache_clear()

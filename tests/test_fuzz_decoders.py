@@ -33,9 +33,9 @@ from raygate.extender.api.explain import ExplainService
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.api.volcano import VolcanoExtender
 from raygate.extender.errors import BadRequest
-from raygate.extender.kube.client import _Decoders, decode_line, decode_page
+from raygate.extender.kube.decode import Decoders, decode_line, decode_page
 from raygate.extender.kube.resources import RESOURCES
-from raygate.extender.kube.watch import TransportError
+from raygate.extender.kube.transport import TransportError
 from raygate.extender.state import convert
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot
@@ -151,7 +151,7 @@ def _view_or_conversion_error(kind: str, obj: Any) -> None:
 
 @pytest.mark.parametrize("kind", sorted(OBJECTS))
 def test_watch_lines_decode_or_are_transport_errors(kind: str) -> None:
-    decoders = _Decoders(RESOURCE[kind].wire)
+    decoders = Decoders(RESOURCE[kind].wire)
     events = [{"type": t, "object": o} for t in ("ADDED", "MODIFIED", "DELETED")
               for o in OBJECTS[kind]]
     events.append({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
@@ -172,7 +172,7 @@ def test_watch_lines_decode_or_are_transport_errors(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", sorted(OBJECTS))
 def test_list_pages_decode_or_are_transport_errors(kind: str) -> None:
-    decoders = _Decoders(RESOURCE[kind].wire)
+    decoders = Decoders(RESOURCE[kind].wire)
     page = {"apiVersion": "v1", "kind": f"{kind}List",
             "metadata": {"resourceVersion": "42", "continue": "abc"}, "items": OBJECTS[kind]}
 
@@ -235,7 +235,7 @@ def test_the_seeds_themselves_are_accepted() -> None:
             assert handler(encode(seed)), name
     load_text(json.dumps(SNAPSHOT), "seed")
     for kind, objects in OBJECTS.items():
-        decoders = _Decoders(RESOURCE[kind].wire)
+        decoders = Decoders(RESOURCE[kind].wire)
         for obj in objects:
             line = json.dumps({"type": "ADDED", "object": obj}).encode()
             RESOURCE[kind].view(decode_line(line, decoders).obj)

@@ -19,7 +19,7 @@ import pytest
 
 from raygate.extender.kube.client import KubeTransport, load_connection
 from raygate.extender.kube.source import LiveSource
-from raygate.extender.kube.watch import BackoffPolicy, WatchSettings
+from raygate.extender.kube.transport import BackoffPolicy, WatchSettings
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.keys import KINDS, key_of
 from raygate.extender.state.snapshot import Snapshot

@@ -17,18 +17,18 @@ import pytest
 
 from raygate.extender.kube.resources import RESOURCES, Resource, Served
 from raygate.extender.kube.source import CacheWriter
-from raygate.extender.kube.watch import (
+from raygate.extender.kube.transport import (
     ApiError,
     Backoff,
     BackoffPolicy,
     Gone,
-    KindWatcher,
     ListPage,
     NotServed,
     TransportError,
     WatchLine,
     WatchSettings,
 )
+from raygate.extender.kube.watch import KindWatcher
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.keys import POD, WORKLOAD
 from raygate.extender.state.sync import SyncStatus

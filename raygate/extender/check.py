@@ -11,7 +11,7 @@ from typing import Any, TextIO
 import msgspec
 
 from raygate.extender.kube.client import Connection, KubeTransport
-from raygate.extender.kube.watch import TransportError
+from raygate.extender.kube.transport import TransportError
 from raygate.extender.state import convert
 from raygate.extender.state.snapshot_files import SnapshotError, read_documents
 from raygate.extender.wire import kube

@@ -27,11 +27,7 @@ from raygate.extender.config.settings import (
     ServeSettings,
 )
 from raygate.extender.errors import RaygateError
-from raygate.extender.kube.client import (
-    ClusterConfigError,
-    NoClusterConfig,
-    load_connection,
-)
+from raygate.extender.kube.client import ClusterConfigError, NoClusterConfig, load_connection
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text

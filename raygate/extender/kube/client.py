@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import urllib3
@@ -31,9 +30,16 @@ from kubernetes.config.incluster_config import (
     InClusterConfigLoader,
 )
 
+from raygate.extender.kube.decode import (
+    API_RESOURCES,
+    STATUS,
+    Decoders,
+    decode_line,
+    decode_page,
+    next_continue,
+)
 from raygate.extender.kube.resources import Served
-from raygate.extender.kube.watch import (
-    ERROR,
+from raygate.extender.kube.transport import (
     ListPage,
     NotServed,
     TransportError,
@@ -120,110 +126,10 @@ def _in_cluster(env: Mapping[str, str]) -> Connection:
 # --- decoding ---------------------------------------------------------------------------
 
 
-class _Decoders:
-    """msgspec decoders for one wire type, built once."""
-
-    def __init__(self, wire: type[msgspec.Struct]) -> None:
-        self.page = msgspec.json.Decoder(kube.ObjectList[wire])  # type: ignore[valid-type]
-        self.item = msgspec.json.Decoder(wire)
-        self.event = msgspec.json.Decoder(kube.WatchEvent[wire])  # type: ignore[valid-type]
-
-
-class _RawEvent(msgspec.Struct):
-    """A watch event with its object left undecoded."""
-
-    type: str = ""
-    object: msgspec.Raw = msgspec.Raw(b"null")
-
-
-_RAW_PAGE = msgspec.json.Decoder(kube.ObjectList[msgspec.Raw])
-_RAW_EVENT = msgspec.json.Decoder(_RawEvent)
-_META = msgspec.json.Decoder(kube.Metadata)
-_STATUS = msgspec.json.Decoder(kube.Status)
-_RESOURCES = msgspec.json.Decoder(kube.ApiResourceList)
-
-
-def _meta_of(raw: bytes | msgspec.Raw) -> kube.ObjectMeta | None:
-    try:
-        return _META.decode(raw).metadata
-    except DECODE_ERRORS:
-        return None
-
-
-def decode_page(data: bytes, decoders: _Decoders) -> ListPage:
-    """A LIST reply; items that do not decode are set aside with their metadata."""
-    try:
-        page = decoders.page.decode(data)
-        return ListPage(page.items or [], page.metadata.resource_version,
-                        page.metadata.continue_)
-    except msgspec.ValidationError:
-        pass  # some item is malformed (JSON, but not as expected): one by one below
-    except DECODE_ERRORS as exc:  # (ValidationError is a DecodeError: caught above)
-        raise TransportError(f"LIST reply is not JSON: {exc}") from None
-    try:
-        raw = _RAW_PAGE.decode(data)
-    except DECODE_ERRORS as exc:
-        raise TransportError(f"LIST reply is not a list: {exc}") from None
-    items: list[Any] = []
-    unreadable: list[tuple[kube.ObjectMeta | None, str]] = []
-    for item in raw.items or []:
-        try:
-            items.append(decoders.item.decode(item))
-        except DECODE_ERRORS as exc:
-            unreadable.append((_meta_of(item), str(exc)))
-    return ListPage(items, raw.metadata.resource_version, raw.metadata.continue_, unreadable)
-
-
-def decode_line(line: bytes, decoders: _Decoders) -> WatchLine:
-    """One watch event. An ERROR's object is a Status; an object of the watched kind that
-    does not decode comes back as its metadata only."""
-    try:
-        event = decoders.event.decode(line)
-    except msgspec.ValidationError as exc:
-        try:
-            head = _RAW_EVENT.decode(line)
-        except DECODE_ERRORS:
-            raise TransportError(f"watch stream line is not an event: {exc}") from None
-        if head.type == ERROR:
-            return WatchLine(ERROR, status=_status_of(head.object))
-        return WatchLine(head.type, meta=_meta_of(head.object), problem=str(exc))
-    except DECODE_ERRORS as exc:  # (ValidationError is a DecodeError: caught above)
-        raise TransportError(f"watch stream line is not JSON: {exc}") from None
-    if event.type == ERROR:
-        # A Status may decode as some kinds' structs (no field of theirs clashes): read it
-        # again as what it is.
-        return WatchLine(ERROR, status=_status_of(_RAW_EVENT.decode(line).object))
-    return WatchLine(event.type, obj=event.object)
-
-
-def _status_of(raw: msgspec.Raw) -> kube.Status:
-    try:
-        return _STATUS.decode(raw)
-    except DECODE_ERRORS:
-        return kube.Status(message=bytes(raw)[:200].decode("utf-8", "replace"))
-
-
-_LIST_HEAD = msgspec.json.Decoder(kube.ObjectList[msgspec.Raw])
-
-
-def _next_continue(data: bytes) -> str:
-    """The continue token of a LIST reply, read from its head only (kube-apiserver writes
-    ``metadata`` before ``items``); "" when there is none or it cannot be read there (the
-    full decode still finds it: this only lets the next page be fetched early)."""
-    end = data.find(b'"items":')
-    if end < 0:
-        return ""
-    try:
-        head = _LIST_HEAD.decode(data[:end].rstrip(b", \n") + b"}")
-    except DECODE_ERRORS:
-        return ""
-    return head.metadata.continue_
-
-
 def _error_from(response: urllib3.BaseHTTPResponse) -> Exception:
     data = response.data or b""
     try:
-        status = _STATUS.decode(data)
+        status = STATUS.decode(data)
     except DECODE_ERRORS:
         status = kube.Status(message=data[:200].decode("utf-8", "replace"))
     return api_error(response.status, status.reason or (response.reason or ""), status.message)
@@ -235,7 +141,7 @@ def _error_from(response: urllib3.BaseHTTPResponse) -> Exception:
 class _Stream:
     """A WATCH reply read as it arrives, one event per line."""
 
-    def __init__(self, response: urllib3.BaseHTTPResponse, decoders: _Decoders) -> None:
+    def __init__(self, response: urllib3.BaseHTTPResponse, decoders: Decoders) -> None:
         self.response = response
         self.decoders = decoders
         self._closed = False
@@ -296,7 +202,7 @@ class KubeTransport:
         self.api = k8s.ApiClient(connection.configuration)
         self.request_timeout = settings.request_timeout
         self.read_timeout = settings.read_timeout
-        self._decoders: dict[type[msgspec.Struct], _Decoders] = {}
+        self._decoders: dict[type[msgspec.Struct], Decoders] = {}
         self._prefetch = ThreadPoolExecutor(max_workers=2, thread_name_prefix="raygate-list")
         self._ahead: dict[str, tuple[tuple[int, str], Future[bytes]]] = {}
         """Per collection, the next LIST page being fetched: ((limit, continue), bytes)."""
@@ -306,11 +212,11 @@ class KubeTransport:
         self._prefetch.shutdown(wait=False, cancel_futures=True)
         self.api.close()  # type: ignore[no-untyped-call]
 
-    def _decoders_for(self, served: Served) -> _Decoders:
+    def _decoders_for(self, served: Served) -> Decoders:
         wire = served.resource.wire
         decoders = self._decoders.get(wire)
         if decoders is None:
-            decoders = self._decoders[wire] = _Decoders(wire)
+            decoders = self._decoders[wire] = Decoders(wire)
         return decoders
 
     def _get(self, path: str, query: list[tuple[str, str]],
@@ -362,7 +268,7 @@ class KubeTransport:
             # A group/version no CRD (or aggregated API) serves is not in discovery: 404.
             return None
         try:
-            resources = _RESOURCES.decode(self._read(response, path))
+            resources = API_RESOURCES.decode(self._read(response, path))
         except DECODE_ERRORS as exc:
             raise TransportError(f"GET {path}: not an APIResourceList: {exc}") from None
         return frozenset(r.name for r in resources.resources or ())
@@ -376,7 +282,7 @@ class KubeTransport:
             if ahead is not None:
                 ahead[1].cancel()
             data = self._fetch_page(served, limit, continue_)
-        token = _next_continue(data)
+        token = next_continue(data)
         if token:
             # Fetch the next page while this one is decoded and converted: the API
             # server's and the network's time then overlaps raygate's.

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from raygate.extender.kube.resources import RESOURCES, Resource
-from raygate.extender.kube.watch import DELETED, KindWatcher, Transport, WatchSettings
+from raygate.extender.kube.transport import Transport, WatchSettings
+from raygate.extender.kube.watch import DELETED, KindWatcher
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import SnapshotEditor
 from raygate.extender.state.keys import ObjectKey, View
