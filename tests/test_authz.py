@@ -1,4 +1,4 @@
-"""Delegated authentication and authorization of the status endpoints (extender/authz.py):
+"""Delegated authentication and authorization of the status endpoints (raygate/extender/authz/):
 raygate's real HTTP and gRPC servers (``RaygateServer(..., authorizer=...)``) on loopback,
 the real ``kubernetes`` client through a generated kubeconfig, and the API-server double
 answering TokenReviews and SubjectAccessReviews from its token and grant tables.
@@ -26,7 +26,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from raygate.client import connect, token_file
 from raygate.extender.api.explain import SERVICE_NAME as EXPLAIN_SERVICE
-from raygate.extender.authz import Authorizer, bearer_token
+from raygate.extender.authz.authorizer import Authorizer, bearer_token
 from raygate.extender.errors import Forbidden, Unauthorized, Unavailable
 from raygate.extender.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.extender.kube.client import Connection, load_connection

@@ -180,7 +180,7 @@ def test_raygate_may_only_read() -> None:
 
 
 def test_status_reader_role_grants_what_authz_checks() -> None:
-    """The example role for status callers: exactly the access extender/authz.py asks a
+    """The example role for status callers: exactly the access raygate/extender/authz/ asks a
     SubjectAccessReview about, and bound to nobody by default."""
     objects = render(DEPLOY / "base")
     role = find(objects, "ClusterRole", "raygate-status-reader")

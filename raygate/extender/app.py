@@ -37,7 +37,7 @@ from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load
 from raygate.plugin.config import ConfigError
 
 if TYPE_CHECKING:
-    from raygate.extender.authz import Authorizer
+    from raygate.extender.authz.authorizer import Authorizer
 
 __all__ = ["NO_CLUSTER", "StartupError", "serve"]
 
@@ -86,7 +86,7 @@ def authorizer_for(settings: ServeSettings, connection: Connection | None) -> Au
     if connection is None:  # load_settings refuses `authz: on` with --demo/--snapshot
         raise StartupError("raygate: --authz: on needs a cluster to ask")
     # Imported here: only a process that checks callers needs it.
-    from raygate.extender.authz import Authorizer
+    from raygate.extender.authz.authorizer import Authorizer
 
     return Authorizer.from_connection(connection, settings.authz_cache_seconds,
                                       audiences=settings.authz_audiences)

@@ -10,7 +10,7 @@
     ├── Unauthorized          no bearer token, or one the API server rejects (401)
     ├── Forbidden             authenticated, but RBAC does not allow the read (403)
     └── Unavailable           shutting down, (extender.client) raygate unreachable, or
-                              (extender.authz) the caller cannot be verified (503)
+                              (raygate.extender.authz) the caller cannot be verified (503)
 
 ``reply_for`` decides, per protocol, how an error reaches the peer: kube-scheduler's
 filter has an ``Error`` field in a 200 reply (with ``ignorable: true`` kube-scheduler

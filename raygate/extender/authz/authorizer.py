@@ -47,19 +47,18 @@ import hashlib
 import logging
 import time
 import traceback
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 
+from raygate.extender.authz.answers import Answers, K
 from raygate.extender.errors import (
     Forbidden,
     RaygateError,
     Unauthorized,
     Unavailable,
-    grpc_status_for,
     reply_for,
 )
 from raygate.extender.http.routes import AsyncRoute, Request, Response, Route
@@ -74,7 +73,10 @@ from raygate.extender.kube.reviews import (
 )
 from raygate.extender.metrics import AuthzCounts
 
-__all__ = ["Authorizer", "bearer_token"]
+__all__ = [
+    "Authorizer",
+    "bearer_token",
+]
 
 log = logging.getLogger("raygate.authz")
 
@@ -100,52 +102,6 @@ MIN_RECHECK_SECONDS = 1.0
 
 
 # --- the cache --------------------------------------------------------------------------
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class _Expiring(Generic[K, V]):
-    """A bounded LRU map whose entries expire. Used on the event loop only: no lock."""
-
-    def __init__(self, max_entries: int) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
-
-    def get(self, key: K, now: float) -> tuple[bool, V | None]:
-        entry = self._entries.get(key)
-        if entry is None:
-            return False, None
-        if entry[0] <= now:
-            del self._entries[key]
-            return False, None
-        self._entries.move_to_end(key)
-        return True, entry[1]
-
-    def put(self, key: K, value: V, ttl: float, now: float) -> None:
-        if ttl <= 0:
-            return
-        self._entries[key] = (now + ttl, value)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-
-
-class _Answers(Generic[K, V]):
-    """Review answers by key: positive and negative ones in separate bounded maps, so
-    that a flood of rejected tokens (or refused asks) evicts only its own kind."""
-
-    def __init__(self, max_entries: int, max_negative: int) -> None:
-        self.positive: _Expiring[K, V] = _Expiring(max_entries)
-        self.negative: _Expiring[K, V] = _Expiring(max_negative)
-
-    def get(self, key: K, now: float) -> tuple[bool, V | None]:
-        found = self.positive.get(key, now)
-        return found if found[0] else self.negative.get(key, now)
-
-    def put(self, key: K, value: V, positive: bool, ttl: float, now: float) -> None:
-        # A key is reviewed only when neither map holds it: no stale twin to drop.
-        (self.positive if positive else self.negative).put(key, value, ttl, now)
 
 
 T = TypeVar("T")
@@ -185,8 +141,8 @@ class Authorizer:
         """Reviews in flight at once (each a thread-pool job); beyond: 503 at once."""
         self.clock = clock
         self.counts = AuthzCounts()
-        self._users: _Answers[bytes, User | None] = _Answers(max_entries, max_negative)
-        self._access: _Answers[tuple[User, Access], AccessDecision] = _Answers(max_entries,
+        self._users: Answers[bytes, User | None] = Answers(max_entries, max_negative)
+        self._access: Answers[tuple[User, Access], AccessDecision] = Answers(max_entries,
                                                                          max_negative)
         self._inflight: dict[Hashable, asyncio.Future[Any]] = {}
         # Its own threads: a slow API server must not hold up the loop's default executor.
@@ -233,7 +189,7 @@ class Authorizer:
             raise Forbidden(f'user "{user.name}" may not {access.describe()}')
         return user
 
-    async def _cached(self, kind: str, cache: _Answers[K, T], key: K,
+    async def _cached(self, kind: str, cache: Answers[K, T], key: K,
                       review: Callable[[], T], positive: Callable[[T], bool], *,
                       secret: str = "") -> T:
         found, value = cache.get(key, self.clock())
@@ -258,7 +214,7 @@ class Authorizer:
         result: T = await asyncio.shield(pending)
         return result
 
-    async def _review(self, kind: str, cache: _Answers[K, T], key: K,
+    async def _review(self, kind: str, cache: Answers[K, T], key: K,
                       review: Callable[[], T], positive: Callable[[T], bool], *,
                       secret: str) -> T:
         try:
@@ -297,9 +253,9 @@ class Authorizer:
         an ``AsyncRoute`` with the same replies (only those see the headers)."""
         guarded: dict[str, Route | AsyncRoute] = {}
         for path, route in routes.items():
-            async_route = route if isinstance(route, AsyncRoute) else _as_async(route)
+            async_route = route if isinstance(route, AsyncRoute) else as_async(route)
             guarded[path] = AsyncRoute(async_route.method,
-                                       self._guard(async_route, _route_access(path), path),
+                                       self._guard(async_route, route_access(path), path),
                                        async_route.peer)
         return guarded
 
@@ -322,7 +278,10 @@ class Authorizer:
 
     # --- gRPC ---------------------------------------------------------------------------
     def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        return [_Interceptor(self)]
+        # The interceptor is built on this class: imported when a server asks for it.
+        from raygate.extender.authz.interceptor import Interceptor
+
+        return [Interceptor(self)]
 
 
 def bearer_token(header: bytes | str | None) -> str | None:
@@ -339,7 +298,7 @@ def bearer_token(header: bytes | str | None) -> str | None:
     return token
 
 
-def _route_access(path: str) -> Callable[[Request], Access]:
+def route_access(path: str) -> Callable[[Request], Access]:
     """What a request to the route ``path`` (a template) asks for."""
     if NAMED_CLUSTER_SEGMENT in path:
         return lambda r: Access.one(r.params.get("namespace", ""), r.params.get("name", ""))
@@ -350,20 +309,7 @@ def _route_access(path: str) -> Callable[[Request], Access]:
     return lambda _: Access.listing("")
 
 
-def _grpc_access(method: str, request: Any) -> Access:
-    """What a gRPC request asks for, from its message's ``namespace`` and ``name``."""
-    namespace, name = (_text_field(request, f) for f in ("namespace", "name"))
-    if method in POD_METHODS:
-        return Access.to(namespace)
-    return Access.one(namespace, name) if name else Access.listing(namespace)
-
-
-def _text_field(message: Any, field_name: str) -> str:
-    value = getattr(message, field_name, "")
-    return value if isinstance(value, str) else ""
-
-
-def _as_async(route: Route) -> AsyncRoute:
+def as_async(route: Route) -> AsyncRoute:
     if route.discard_body:
         raise TypeError("a route that discards its body cannot be guarded")
 
@@ -377,104 +323,3 @@ def _as_async(route: Route) -> AsyncRoute:
     return AsyncRoute(route.method, handler, route.peer)
 
 
-class _Interceptor(grpc.aio.ServerInterceptor):
-    """Wraps each guarded method's handler so that it sees the request message (for its
-    ``namespace``) before the servicer does."""
-
-    def __init__(self, authorizer: Authorizer) -> None:
-        self.authorizer = authorizer
-
-    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
-                                details: Any) -> Any:
-        handler = await continuation(details)
-        service = details.method.lstrip("/").rpartition("/")[0]
-        if handler is None or service in UNGUARDED_SERVICES:
-            return handler
-        token = _metadata_token(details.invocation_metadata or ())
-        method: str = details.method
-        check = self._check
-
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            async def unary(request: Any, context: Any) -> Any:
-                await check(_grpc_access(method, request), context, token)
-                return await inner(request, context)
-
-            return grpc.unary_unary_rpc_method_handler(
-                unary, request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-        if handler.unary_stream is not None:
-            inner_stream = handler.unary_stream
-
-            async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                access = _grpc_access(method, request)
-                await check(access, context, token)
-                result = inner_stream(request, context)
-                if hasattr(result, "__aiter__"):
-                    async for message in self._rechecked(result, access, context, token):
-                        yield message
-                else:  # a handler that writes with context.write
-                    await result
-
-            return grpc.unary_stream_rpc_method_handler(
-                stream, request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-
-        # Client streams carry no namespace up front; raygate.v1 has none. Fail closed.
-        async def refuse(_: Any, context: Any) -> None:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                "raygate does not serve client-streaming methods")
-
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                refuse, request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
-        return grpc.stream_stream_rpc_method_handler(
-            refuse, request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer)
-
-    async def _check(self, access: Access, context: Any, token: str | None) -> None:
-        try:
-            await self.authorizer.authorize(token, access)
-        except RaygateError as exc:
-            code, message, trailer = grpc_status_for(exc)
-            await context.abort(code, message, trailer)
-
-    async def _rechecked(self, messages: AsyncIterator[Any], access: Access, context: Any,
-                         token: str | None) -> AsyncIterator[Any]:
-        """``messages``, checked again every ``cache_seconds`` (mostly a cache hit): a
-        Watch outliving its token or RoleBinding ends with the refusal. Checked when the
-        time has come by the authorizer's clock, before a message goes out or, on an
-        idle stream, after waiting that long."""
-        authorizer = self.authorizer
-        every = max(authorizer.cache_seconds, MIN_RECHECK_SECONDS)
-        due = authorizer.clock() + every
-        iterator = aiter(messages)
-        pending: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(iterator))
-                await asyncio.wait((pending,), timeout=max(due - authorizer.clock(), 0.0))
-                if authorizer.clock() >= due:
-                    await self._check(access, context, token)  # aborts when refused
-                    due = authorizer.clock() + every
-                if not pending.done():
-                    continue
-                done, pending = pending, None
-                try:
-                    message = done.result()
-                except StopAsyncIteration:
-                    return
-                yield message
-        finally:
-            if pending is not None:
-                pending.cancel()
-
-
-def _metadata_token(metadata: Sequence[Any]) -> str | None:
-    values = [value for key, value in metadata if key == "authorization"]
-    if len(values) != 1:  # none, or ambiguous
-        return None
-    return bearer_token(values[0])
