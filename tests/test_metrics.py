@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from raygate.extender.metrics import LATENCY_BUCKETS, Metrics
+from raygate.extender.metrics.registry import LATENCY_BUCKETS, Metrics
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.sync import SyncStatus
 from raygate.plugin.config import PolicyConfig
@@ -372,7 +372,8 @@ def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
 
 
 def test_authz_and_config_reloads_are_read_at_scrape_time() -> None:
-    from raygate.extender.metrics import AuthzCounts, Metrics
+    from raygate.extender.metrics.collectors import AuthzCounts
+    from raygate.extender.metrics.registry import Metrics
 
     metrics, counts, reloads = Metrics(), AuthzCounts(), {"ok": 0, "failed": 0}
     metrics.watch_authz(counts)

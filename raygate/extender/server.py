@@ -40,7 +40,7 @@ from raygate.extender.http.app import HttpApp
 from raygate.extender.http.deadlines import sweep
 from raygate.extender.http.fast_path import fast_path_protocol
 from raygate.extender.http.routes import AsyncRoute, Gate, Route
-from raygate.extender.metrics import Metrics, metrics_routes
+from raygate.extender.metrics.registry import Metrics, metrics_routes
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.tls import CertReloader, TlsFiles
 from raygate.plugin.config import ConfigError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from raygate.extender.metrics import VerbMetrics
+from raygate.extender.metrics.registry import VerbMetrics
 from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.model import PodView
 from raygate.plugin.placement import Decision, decide

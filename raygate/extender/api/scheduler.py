@@ -17,7 +17,7 @@ import msgspec
 from raygate.extender.api.decisions import decide_counted
 from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http.routes import Route
-from raygate.extender.metrics import Metrics, VerbMetrics
+from raygate.extender.metrics.registry import Metrics, VerbMetrics
 from raygate.extender.state import convert
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot

@@ -71,7 +71,7 @@ from raygate.extender.kube.reviews import (
     ReviewUnavailable,
     User,
 )
-from raygate.extender.metrics import AuthzCounts
+from raygate.extender.metrics.collectors import AuthzCounts
 
 __all__ = [
     "Authorizer",

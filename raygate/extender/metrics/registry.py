@@ -18,9 +18,7 @@ collectors when Prometheus scrapes, never on the request path.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -31,7 +29,6 @@ from prometheus_client import (
 )
 from prometheus_client.core import (
     CounterMetricFamily,
-    GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
@@ -39,17 +36,23 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from raygate.extender.http.routes import Gate, Route
+from raygate.extender.metrics.collectors import (
+    AdmissionCollector,
+    AuthzCollector,
+    AuthzCounts,
+    CacheCollector,
+    LimitCollector,
+    PodStates,
+)
 from raygate.plugin.placement import Decision, Rule
 
 if TYPE_CHECKING:
     from raygate.extender.state.cache import ClusterCache
-    from raygate.extender.state.sync import KindReport
     from raygate.extender.tls import CertReloader
 
 __all__ = [
     "CONTENT_TYPE",
     "LATENCY_BUCKETS",
-    "AuthzCounts",
     "Metrics",
     "RouteMetrics",
     "VerbMetrics",
@@ -58,8 +61,6 @@ __all__ = [
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
 
-PodStates = Iterable[tuple[tuple[str, str], Mapping[str, int]]]
-"""((namespace, RayCluster), {admission state: pods}) for every RayCluster."""
 
 # A filter over a few hundred names answers in tens to a hundred-odd microseconds: the
 # buckets start at 50 µs so that its p99 is visible at all, and pass the httpTimeout the
@@ -255,7 +256,7 @@ class Metrics:
             self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open,
             self.requests_timed_out]))
         ProcessCollector(namespace="raygate", registry=r)
-        self._limits = _LimitCollector()
+        self._limits = LimitCollector()
         r.register(self._limits)
 
     def route(self, path: str) -> RouteMetrics:
@@ -266,12 +267,12 @@ class Metrics:
 
     def watch_cache(self, cache: ClusterCache) -> None:
         """Objects per kind and list/watch state of ``cache``, read at scrape time."""
-        self.registry.register(_CacheCollector(cache))
+        self.registry.register(CacheCollector(cache))
 
     def watch_admission(self, pod_states: Callable[[], PodStates]) -> None:
         """Pods per admission state and RayCluster, read at scrape time from
         ``pod_states`` (the admission service's)."""
-        self.registry.register(_AdmissionCollector(pod_states))
+        self.registry.register(AdmissionCollector(pod_states))
 
     def watch_gate(self, route: str, gate: Gate) -> None:
         """A route's concurrency bound: requests refused and in flight, read at scrape
@@ -284,7 +285,7 @@ class Metrics:
 
     def watch_authz(self, counts: AuthzCounts) -> None:
         """What the status APIs' authorizer decided and asked, read at scrape time."""
-        self.registry.register(_AuthzCollector(counts))
+        self.registry.register(AuthzCollector(counts))
 
     def watch_config(self, counts: Mapping[str, int]) -> None:
         """Config file reloads by result (``ok``, ``failed``), read at scrape time."""
@@ -293,142 +294,6 @@ class Metrics:
     def exposition(self, _: bytes = b"") -> bytes:
         """The text exposition (the ``/metrics`` route's handler)."""
         return generate_latest(self.registry)
-
-
-class _CacheCollector(Collector):
-    def __init__(self, cache: ClusterCache) -> None:
-        self.cache = cache
-
-    def collect(self) -> Iterable[Metric]:
-        cache = self.cache
-        ready = GaugeMetricFamily("raygate_cache_ready",
-                                  "1 when the cache has loaded its source (/readyz is 200).")
-        ready.add_metric([], 1.0 if cache.ready else 0.0)
-        yield ready
-        objects = GaugeMetricFamily("raygate_cache_objects",
-                                    "Objects in the current snapshot, by kind.", labels=["kind"])
-        for kind, count in cache.snapshot.counts().items():
-            objects.add_metric([kind], count)
-        yield objects
-        sync = cache.sync
-        if sync is None:  # a file source: no list/watch to report
-            return
-        yield from _sync_families(sync.report().items())
-
-
-def _sync_families(reports: Iterable[tuple[str, KindReport]]) -> Iterator[Metric]:
-    synced = GaugeMetricFamily("raygate_cache_synced",
-                               "1 once a kind's first LIST is in the cache.", labels=["kind"])
-    events = CounterMetricFamily("raygate_cache_watch_events",
-                                 "Watch events applied, by kind.", labels=["kind"])
-    relists = CounterMetricFamily("raygate_cache_relists",
-                                  "LISTs after the first (410 Gone, a CRD back), by kind.",
-                                  labels=["kind"])
-    errors = CounterMetricFamily("raygate_cache_watch_errors",
-                                 "Failed list/watch requests, broken streams, unreadable "
-                                 "objects, by kind.", labels=["kind"])
-    age = GaugeMetricFamily("raygate_cache_last_event_age_seconds",
-                            "Seconds since the last event, bookmark or LIST page of a kind.",
-                            labels=["kind"])
-    for kind, report in reports:
-        synced.add_metric([kind], 1.0 if report.synced else 0.0)
-        events.add_metric([kind], report.events)
-        relists.add_metric([kind], report.relists)
-        errors.add_metric([kind], report.errors)
-        if report.last_event_age_seconds is not None:
-            age.add_metric([kind], report.last_event_age_seconds)
-    yield from (synced, events, relists, errors, age)
-
-
-class _AdmissionCollector(Collector):
-    def __init__(self, pod_states: Callable[[], PodStates]) -> None:
-        self.pod_states = pod_states
-
-    def collect(self) -> Iterable[Metric]:
-        pods = GaugeMetricFamily(
-            "raygate_admission_pods",
-            "Pods not running, by RayCluster and admission state (counts only).",
-            labels=["namespace", "raycluster", "state"])
-        for (namespace, name), states in self.pod_states():
-            for state, count in sorted(states.items()):
-                pods.add_metric([namespace, name, state], count)
-        yield pods
-
-
-class _LimitCollector(Collector):
-    def __init__(self) -> None:
-        self.gates: list[tuple[str, Gate]] = []
-        self.certificates: list[tuple[str, CertReloader]] = []
-        self.config_reloads: Mapping[str, int] = {}
-
-    def collect(self) -> Iterable[Metric]:
-        shed = CounterMetricFamily(
-            "raygate_requests_shed",
-            "Requests answered 503 at once because the route's concurrency limit "
-            "(--predicate-concurrency for /volcano/predicate) was reached, by route.",
-            labels=["route"])
-        busy = GaugeMetricFamily("raygate_requests_in_flight",
-                                 "Requests holding a slot of the route's concurrency limit.",
-                                 labels=["route"])
-        for route, gate in self.gates:
-            shed.add_metric([route], gate.shed)
-            busy.add_metric([route], gate.busy)
-        reloads = CounterMetricFamily(
-            "raygate_tls_reloads",
-            "Certificate files that changed, by listener and result: loaded (new "
-            "handshakes use them) or failed (the previous certificate stays in use).",
-            labels=["listener", "result"])
-        for listener, reloader in self.certificates:
-            reloads.add_metric([listener, "loaded"], reloader.reloads)
-            reloads.add_metric([listener, "failed"], reloader.failures)
-        config = CounterMetricFamily(
-            "raygate_config_reloads",
-            "Reloads of the config file's policy after it changed, by result: ok (in use) "
-            "or failed (the previous policy stays; the log says why).", labels=["result"])
-        for result, count in sorted(self.config_reloads.items()):
-            config.add_metric([result], count)
-        return [shed, busy, reloads, config]
-
-
-@dataclass
-class AuthzCounts:
-    """What the authorizer of the status APIs did (``raygate.extender.authz`` counts here;
-    read at scrape time, on the loop)."""
-
-    decisions: Tally[str] = field(default_factory=Tally)
-    """By outcome: allowed, unauthenticated, forbidden, unavailable."""
-    reviews: Tally[tuple[str, str]] = field(default_factory=Tally)
-    """API calls by (kind: tokenreview | subjectaccessreview, result: ok | error)."""
-    cache_hits: Tally[str] = field(default_factory=Tally)
-    """Answers from the cache, by kind."""
-
-
-class _AuthzCollector(Collector):
-    def __init__(self, counts: AuthzCounts) -> None:
-        self.counts = counts
-
-    def collect(self) -> Iterable[Metric]:
-        decisions = CounterMetricFamily(
-            "raygate_authz_decisions",
-            "Callers of the status APIs by outcome: allowed, unauthenticated, forbidden, "
-            "unavailable (503: the API server could not be asked, or too many reviews "
-            "were in flight).",
-            labels=["outcome"])
-        for outcome, count in sorted(self.counts.decisions.items()):
-            decisions.add_metric([outcome], count)
-        reviews = CounterMetricFamily(
-            "raygate_authz_reviews",
-            "TokenReviews and SubjectAccessReviews raygate created, by kind and result.",
-            labels=["kind", "result"])
-        for (kind, result), count in sorted(self.counts.reviews.items()):
-            reviews.add_metric([kind, result], count)
-        hits = CounterMetricFamily(
-            "raygate_authz_cache_hits",
-            "Answers taken from the authorizer's cache instead of a review, by kind.",
-            labels=["kind"])
-        for kind, count in sorted(self.counts.cache_hits.items()):
-            hits.add_metric([kind], count)
-        return [decisions, reviews, hits]
 
 
 def metrics_routes(metrics: Metrics) -> dict[str, Route]:

@@ -1,0 +1,1 @@
+"""Prometheus metrics, every name prefixed ``raygate_``, served on ``GET /metrics``."""
