@@ -415,7 +415,7 @@ def test_documented_curl_example_is_what_the_demo_answers(demo: ServerThread) ->
 
 def test_documented_grpc_example_is_what_the_demo_answers(
         demo: ServerThread, capsys: pytest.CaptureFixture[str]) -> None:
-    from raygate.client import main
+    from raygate.client.cli import main
 
     assert main([f"grpc://127.0.0.1:{demo.server.grpc_port}", "get", "ray", "queued"]) == 0
     live = json.loads(capsys.readouterr().out)

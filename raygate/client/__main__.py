@@ -1,0 +1,5 @@
+"""``python -m raygate.client``."""
+
+from raygate.client.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""What both transports of the admission-status client share: the client protocol, the
+Watch, tokens, closing."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Protocol, Self
+
+from raygate.extender.wire.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
+
+__all__ = ["SERVICE_ACCOUNT_TOKEN", "AdmissionClient", "Closing", "Statuses", "Token", "Watch",
+           "diff", "token_file"]
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+"""Where Kubernetes mounts a pod's service account token."""
+
+Token = Callable[[], str | None]
+"""Gives the bearer token to send with a call (None: send none)."""
+
+
+def token_file(path: str) -> Token:
+    """The token in ``path``, read again on every call: a projected service account token
+    is rotated by the kubelet (and a missing file sends no token, the server says 401)."""
+
+    def read() -> str | None:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read().strip() or None
+        except OSError:
+            return None
+
+    return read
+
+
+class AdmissionClient(Protocol):
+    def get(self, namespace: str, name: str) -> AdmissionStatus:
+        """The status of one RayCluster; ``RayClusterNotFound`` if raygate does not know it."""
+        ...
+
+    def list(self, namespace: str | None = None) -> AdmissionStatusList:
+        """Every RayCluster's status, or one namespace's."""
+        ...
+
+    def watch(self, namespace: str | None = None, name: str | None = None) -> Watch:
+        """ADDED per existing cluster, SYNCED, then ADDED/MODIFIED/DELETED per change, for
+        one cluster (both set), a namespace, or everything. Runs until ``Watch.close()``
+        (from any thread) or until raygate goes away (``Unavailable``)."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+    def __enter__(self) -> Self:
+        ...
+
+    def __exit__(self, *exc: object) -> None:
+        ...
+
+
+
+
+class Watch(Iterator[WatchEvent]):
+    """The events of a watch; ``close()`` ends it from any thread (the iterating thread
+    then sees the iteration end)."""
+
+    def __init__(self, events: Iterator[WatchEvent], cancel: Callable[[], None]) -> None:
+        self._events = events
+        self._cancel = cancel
+        self.closed = False
+
+    def __next__(self) -> WatchEvent:
+        return next(self._events)
+
+    def close(self) -> None:
+        self.closed = True
+        self._cancel()
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            with contextlib.suppress(ValueError):  # running in another thread: cancelled
+                close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Closing(abc.ABC):
+    """Context-manager support for the clients: ``with connect(url) as client``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connection or channel."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+Statuses = list[AdmissionStatus]  # (inside the classes, `list` is a method)
+
+
+def diff(sent: dict[tuple[str, str], AdmissionStatus], items: list[AdmissionStatus],
+          ) -> tuple[list[WatchEvent], dict[tuple[str, str], AdmissionStatus]]:
+    now = {(s.metadata.namespace, s.metadata.name): s for s in items}
+    events = [WatchEvent("ADDED" if key not in sent else "MODIFIED", status)
+              for key, status in now.items()
+              if key not in sent or sent[key].metadata.version != status.metadata.version]
+    events += [WatchEvent("DELETED", status) for key, status in sent.items() if key not in now]
+    return events, now
+
+

@@ -1,0 +1,98 @@
+"""The admission-status client over gRPC (``raygate.v1.Admission``), the Watch a server
+stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+
+from raygate.client.base import Closing, Token, Watch
+from raygate.extender.errors import (
+    GRPC_SYNCED_KEY,
+    BadRequest,
+    Forbidden,
+    RayClusterNotFound,
+    RaygateError,
+    Unauthorized,
+    Unavailable,
+)
+from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
+from raygate.extender.proto.raygate.v1 import admission_pb2_grpc
+from raygate.extender.wire import admission_status as wire
+from raygate.extender.wire.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
+
+
+class GrpcAdmissionClient(Closing):
+    """The gRPC API (``raygate.v1.Admission``) over one channel; ``watch`` streams."""
+
+    def __init__(self, target: str, timeout: float = 10.0,
+                 channel: grpc.Channel | None = None, token: Token | None = None) -> None:
+        self._channel = channel or grpc.insecure_channel(target)
+        self._stub = admission_pb2_grpc.AdmissionStub(self._channel)
+        self.target = target
+        self.timeout = timeout
+        self.token = token
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        bearer = self.token() if self.token is not None else None
+        return (("authorization", f"Bearer {bearer}"),) if bearer else ()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _error(self, error: grpc.RpcError, namespace: str = "", name: str = "",
+               ) -> RaygateError:
+        code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+        details = (error.details() if isinstance(error, grpc.Call) else "") or str(code)
+        if code is grpc.StatusCode.NOT_FOUND and isinstance(error, grpc.Call):
+            trailer = dict(error.trailing_metadata() or ())
+            return RayClusterNotFound(namespace, name, trailer.get(GRPC_SYNCED_KEY) == "true")
+        if code is grpc.StatusCode.INVALID_ARGUMENT:
+            return BadRequest(details)
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            return Unauthorized(details)
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            return Forbidden(details)
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return Unavailable(f"raygate at {self.target}: {details}")
+        return RaygateError(f"gRPC {code.name}: {details}")
+
+    def get(self, namespace: str, name: str) -> AdmissionStatus:
+        try:
+            reply = self._stub.Get(pb.GetRequest(namespace=namespace, name=name),
+                                   timeout=self.timeout, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            raise self._error(exc, namespace, name) from exc
+        return wire.from_proto(reply)
+
+    def list(self, namespace: str | None = None) -> AdmissionStatusList:
+        try:
+            reply = self._stub.List(pb.ListRequest(namespace=namespace or ""),
+                                    timeout=self.timeout, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            raise self._error(exc) from exc
+        return wire.list_from_proto(reply)
+
+    def watch(self, namespace: str | None = None, name: str | None = None) -> Watch:
+        if name is not None and namespace is None:
+            raise ValueError("a name needs its namespace")
+        stream = self._stub.Watch(pb.WatchRequest(namespace=namespace or "", name=name or ""),
+                                  metadata=self._metadata())
+
+        def cancel() -> None:
+            stream.cancel()
+
+        return Watch(self._events(stream, namespace or "", name or ""), cancel)
+
+    def _events(self, stream: Iterator[pb.WatchEvent], namespace: str, name: str,
+                ) -> Iterator[WatchEvent]:
+        try:
+            for event in stream:
+                kind = pb.WatchEvent.Type.Name(event.type)
+                yield WatchEvent(kind, wire.from_proto(event.status)
+                                 if event.HasField("status") else None)
+        except grpc.RpcError as exc:
+            if isinstance(exc, grpc.Call) and exc.code() is grpc.StatusCode.CANCELLED:
+                return  # Watch.close()
+            raise self._error(exc, namespace, name) from exc
