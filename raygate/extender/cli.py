@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -37,6 +37,10 @@ __all__ = ["main"]
 
 log = logging.getLogger("raygate")
 
+# What add_subparsers returns: argparse has no public name for it, and its class takes
+# a type argument only for the type checker.
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
 
 
 class _Given(argparse.Action):
@@ -64,6 +68,14 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raygate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(commands)
+    _check_parser(commands)
+    _explain_parser(commands)
+    return parser
+
+
+def _serve_parser(commands: Subcommands) -> None:
+    """``raygate serve``: where the cluster state comes from, and every setting's flag."""
     serve = commands.add_parser("serve", help="serve the scheduler extender and raygate's API")
     source = serve.add_mutually_exclusive_group()
     source.add_argument("--snapshot", action="append", default=[], metavar="FILE",
@@ -94,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
             choices=setting.choices or None,
             help=f"{setting.help + '; ' if setting.help else ''}env {setting.env}, file "
                  f"{setting.file_key}; default {getattr(defaults, setting.name)!r}")
+
+
+def _check_parser(commands: Subcommands) -> None:
+    """``raygate check``: files, or a live cluster."""
     check = commands.add_parser(
         "check", help="find RayCluster configurations that silently break gang preemption")
     check.add_argument("files", nargs="*", metavar="FILE",
@@ -105,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--output", choices=["text", "json"], default="text")
     check.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     check.add_argument("--config", metavar="FILE", help="YAML config file with a `policy:` section")
+
+
+def _explain_parser(commands: Subcommands) -> None:
+    """``raygate explain``: against a running raygate, or offline."""
     explain = commands.add_parser(
         "explain", help="why raygate would place a pod where it would, node by node")
     explain.add_argument("pod", metavar="NAMESPACE/NAME")
@@ -118,7 +138,6 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--nodes", metavar="NODE,...", help="only these nodes")
     explain.add_argument("--output", choices=["text", "json"], default="text")
     explain.add_argument("--config", metavar="FILE", help="YAML config (offline only)")
-    return parser
 
 
 def _explain(args: argparse.Namespace) -> int:

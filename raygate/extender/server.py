@@ -173,70 +173,62 @@ class RaygateServer:
         self.tls = _main_tls(settings)
         if self.tls is not None:
             self.metrics.watch_tls("main", self.tls)
+        self.authorizer = authorizer
+        self._http = _HttpServer(
+            _http_config(HttpApp(self._routes(), settings.max_body_bytes, self.metrics),
+                         settings, None if self.tls is None else self.tls.listener_context()),
+            "main", settings.header_timeout_seconds, self.metrics)
+        self._grpc: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Future[None] | None = None
+        self.webhook = webhook
+        self._webhook_tls: CertReloader | None = None
+        self._webhook = None if webhook is None else self._webhook_server(webhook)
+
+    def _routes(self) -> dict[str, Route | AsyncRoute]:
+        """Every route of the main listener; each API module contributes its own."""
         # Pod names and scheduling reasons: behind the authorizer when there is one. The
         # OpenAPI document describes the API and holds no cluster data.
         private = admission_routes(self.admission)
         openapi = {"/openapi.json": private.pop("/openapi.json")}
         private.update(explain_routes(self.explain))
-        if authorizer is not None:
-            private = authorizer.guard_routes(private)
-        self.authorizer = authorizer
-        # Every HTTP route raygate serves; each API module contributes its own.
-        routes: dict[str, Route | AsyncRoute] = {
+        if self.authorizer is not None:
+            private = self.authorizer.guard_routes(private)
+        cache, clock = self.cache, self.scheduler.clock
+        return {
             **health_routes(cache, lambda: self.shutting_down),
             **metrics_routes(self.metrics),
             **scheduler_routes(self.scheduler),
-            **volcano_routes(VolcanoExtender(cache, self.scheduler.clock, self.metrics),
-                             Gate(settings.predicate_concurrency)),
+            **volcano_routes(VolcanoExtender(cache, clock, self.metrics),
+                             Gate(self.settings.predicate_concurrency)),
             **openapi,
             **private,
         }
-        self._http = _HttpServer(
-            _http_config(HttpApp(routes, settings.max_body_bytes, self.metrics),
-                         settings, None if self.tls is None else self.tls.listener_context()),
-            "main", settings.header_timeout_seconds, self.metrics)
-        self._grpc: grpc.aio.Server | None = None
-        self._health: health.aio.HealthServicer | None = None
-        self._webhook: _HttpServer | None = None
-        self._webhook_tls: CertReloader | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._shutdown: asyncio.Future[None] | None = None
-        self.webhook = webhook
-        if webhook is not None:
-            # The API server calls admission webhooks over HTTPS only: a listener of its
-            # own, whatever the main port serves.
-            self._webhook_tls = CertReloader(
-                TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
-            self.metrics.watch_tls("webhook", self._webhook_tls)
-            self._webhook = _HttpServer(
-                _http_config(HttpApp({**health_routes(cache, lambda: self.shutting_down),
-                                      **webhook_routes()}, settings.max_body_bytes),
-                             settings, self._webhook_tls.listener_context()),
-                "webhook", settings.header_timeout_seconds, self.metrics)
+
+    def _webhook_server(self, webhook: WebhookListener) -> _HttpServer:
+        """The API server calls admission webhooks over HTTPS only: a listener of its
+        own, whatever the main port serves."""
+        settings = self.settings
+        tls = self._webhook_tls = CertReloader(
+            TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
+        self.metrics.watch_tls("webhook", tls)
+        routes = {**health_routes(self.cache, lambda: self.shutting_down), **webhook_routes()}
+        return _HttpServer(
+            _http_config(HttpApp(routes, settings.max_body_bytes), settings,
+                         tls.listener_context()),
+            "webhook", settings.header_timeout_seconds, self.metrics)
 
     async def run(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        interceptors = [] if self.authorizer is None else self.authorizer.grpc_interceptors()
-        self._grpc = grpc.aio.server(interceptors=interceptors)
-        health_servicer = self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
-        add_admission_service(self.admission, self._grpc)
-        add_explain_service(self.explain, self._grpc)
-        reflection.enable_server_reflection(
-            (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
-            self._grpc)
-        if self.tls is None:
-            self.grpc_port = self._grpc.add_insecure_port(self.grpc_addr)
-        else:
-            self.grpc_port = self._grpc.add_secure_port(
-                self.grpc_addr, self.tls.grpc_credentials())
+        grpc_server, health_servicer = self._grpc_server()
         # Long-polls and Watch streams wait on this loop; the cache may publish from any
         # thread, and the service hops onto the loop with call_soon_threadsafe.
         self.admission.attach(loop)
-        await self._grpc.start()
+        await grpc_server.start()
 
         async def set_health() -> None:
             status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
@@ -275,7 +267,25 @@ class RaygateServer:
                 await self._shutdown  # the gRPC server's own grace
             else:  # the HTTP server ended without stop(): a failure, nothing to drain
                 await health_servicer.enter_graceful_shutdown()
-                await self._grpc.stop(grace=None)
+                await grpc_server.stop(grace=None)
+
+    def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+        """The gRPC server: the admission and explain services, health, reflection, the
+        authorizer's interceptor; bound, not yet started."""
+        interceptors = [] if self.authorizer is None else self.authorizer.grpc_interceptors()
+        server = self._grpc = grpc.aio.server(interceptors=interceptors)
+        health_servicer = self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        add_admission_service(self.admission, server)
+        add_explain_service(self.explain, server)
+        reflection.enable_server_reflection(
+            (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            server)
+        if self.tls is None:
+            self.grpc_port = server.add_insecure_port(self.grpc_addr)
+        else:
+            self.grpc_port = server.add_secure_port(self.grpc_addr, self.tls.grpc_credentials())
+        return server, health_servicer
 
     def stop(self) -> None:
         """Begin the shutdown (see the module's doc); call on the server's loop (a signal

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -80,70 +80,82 @@ class PolicyConfig:
     node, well under the Ray autoscaler's 3600 s allocation timeout."""
 
 
-def _string_list(value: Any, path: str, problems: list[str]) -> tuple[str, ...] | None:
+class _Bad(ValueError):
+    """One setting's value cannot be used; the message says where and why."""
+
+
+def _gpu_resources(value: Any, path: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        problems.append(f"{path}: expected a list of non-empty strings, got {value!r}")
-        return None
+        raise _Bad(f"{path}: expected a list of non-empty strings, got {value!r}")
     return tuple(value)
 
 
+def _gpu_node_labels(value: Any, path: str) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _Bad(f"{path}: expected a mapping of label to string value, got {value!r} "
+                   "(quote values such as \"true\")")
+    return dict(value)
+
+
+def _number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def _guard_seconds(value: Any, path: str) -> float:
+    seconds = _number(value)
+    if seconds is None or seconds < 0:
+        raise _Bad(f"{path}: expected a number of seconds >= 0, got {value!r}")
+    return seconds
+
+
+def _surplus_mode(value: Any, path: str) -> GpuNodesForSurplus:
+    allowed = [m.value for m in GpuNodesForSurplus]
+    if value not in allowed:
+        raise _Bad(f"{path}: expected one of {', '.join(allowed)}, got {value!r}")
+    return GpuNodesForSurplus(value)
+
+
+def _score_scale(value: Any, path: str) -> float:
+    scale = _number(value)
+    if scale is None or not 0 <= scale < 1e9:
+        raise _Bad(f"{path}: expected a number in [0, 1e9), got {value!r}")
+    return scale
+
+
+def _stuck_seconds(value: Any, path: str) -> float:
+    seconds = _number(value)
+    if seconds is None or not 0 < seconds < 1e9:
+        raise _Bad(f"{path}: expected a number of seconds > 0, got {value!r}")
+    return seconds
+
+
+_POLICY_KEYS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
+    "gpuResources": ("gpu_resources", _gpu_resources),
+    "gpuNodeLabels": ("gpu_node_labels", _gpu_node_labels),
+    "thrashGuardSeconds": ("thrash_guard_seconds", _guard_seconds),
+    "gpuNodesForSurplus": ("gpu_nodes_for_surplus", _surplus_mode),
+    "volcanoScoreScale": ("volcano_score_scale", _score_scale),
+    "stuckUnboundSeconds": ("stuck_unbound_seconds", _stuck_seconds),
+    "stuckStartingSeconds": ("stuck_starting_seconds", _stuck_seconds),
+}
+"""Each key of the file's ``policy:`` section: the ``PolicyConfig`` field and its check."""
+
+
 def policy_config_from_mapping(data: Mapping[str, Any], path: str = "policy") -> PolicyConfig:
-    """Build a ``PolicyConfig`` from a mapping with camelCase keys, as in the YAML file."""
-    problems: list[str] = []
+    """Build a ``PolicyConfig`` from a mapping with camelCase keys, as in the YAML file;
+    every problem is reported, not the first."""
     if not isinstance(data, Mapping):
         raise ConfigError([f"{path}: expected a mapping, got {type(data).__name__}"])
-    known = {"gpuResources", "gpuNodeLabels", "thrashGuardSeconds", "gpuNodesForSurplus",
-             "volcanoScoreScale", "stuckUnboundSeconds", "stuckStartingSeconds"}
-    problems.extend(f"{path}.{key}: unknown setting" for key in data if key not in known)
+    problems = [f"{path}.{key}: unknown setting" for key in data if key not in _POLICY_KEYS]
     values: dict[str, Any] = {}
-    if "gpuResources" in data:
-        resources = _string_list(data["gpuResources"], f"{path}.gpuResources", problems)
-        if resources is not None:
-            values["gpu_resources"] = resources
-    if "gpuNodeLabels" in data:
-        labels = data["gpuNodeLabels"]
-        if not isinstance(labels, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-        ):
-            problems.append(
-                f"{path}.gpuNodeLabels: expected a mapping of label to string value, "
-                f"got {labels!r} (quote values such as \"true\")"
-            )
-        else:
-            values["gpu_node_labels"] = dict(labels)
-    if "thrashGuardSeconds" in data:
-        seconds = data["thrashGuardSeconds"]
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            problems.append(
-                f"{path}.thrashGuardSeconds: expected a number of seconds >= 0, got {seconds!r}"
-            )
-        else:
-            values["thrash_guard_seconds"] = float(seconds)
-    if "gpuNodesForSurplus" in data:
-        mode = data["gpuNodesForSurplus"]
-        allowed = [m.value for m in GpuNodesForSurplus]
-        if mode not in allowed:
-            problems.append(
-                f"{path}.gpuNodesForSurplus: expected one of {', '.join(allowed)}, got {mode!r}"
-            )
-        else:
-            values["gpu_nodes_for_surplus"] = GpuNodesForSurplus(mode)
-    if "volcanoScoreScale" in data:
-        scale = data["volcanoScoreScale"]
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 <= scale < 1e9:
-            problems.append(
-                f"{path}.volcanoScoreScale: expected a number in [0, 1e9), got {scale!r}")
-        else:
-            values["volcano_score_scale"] = float(scale)
-    for key, name in (("stuckUnboundSeconds", "stuck_unbound_seconds"),
-                      ("stuckStartingSeconds", "stuck_starting_seconds")):
+    for key, (name, convert) in _POLICY_KEYS.items():
         if key in data:
-            seconds = data[key]
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not (
-                    0 < seconds < 1e9):
-                problems.append(f"{path}.{key}: expected a number of seconds > 0, got {seconds!r}")
-            else:
-                values[name] = float(seconds)
+            try:
+                values[name] = convert(data[key], f"{path}.{key}")
+            except _Bad as exc:
+                problems.append(str(exc))
     if problems:
         raise ConfigError(problems)
     return PolicyConfig(**values)

@@ -10,7 +10,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raygate.plugin.classify import group_floor, group_roles, pod_requests
-from raygate.plugin.model import ANNOTATION_PREEMPTABLE, ClusterView, GroupKey, PodView, Role
+from raygate.plugin.model import (
+    ANNOTATION_PREEMPTABLE,
+    ClusterView,
+    GroupKey,
+    NodeView,
+    PodView,
+    Role,
+)
 
 __all__ = [
     "Candidate",
@@ -169,37 +176,11 @@ def _one_node(
         outcome.all_surplus = _all_surplus(kept, roles) and not candidate.unknown_uids
         return outcome
 
-    if outcome.removed:
-        free = dict(node.allocatable)
-        on_node = view.pods_on_node(node.name)
-        for pod in on_node:
-            if not pod.terminal:  # terminating pods still hold their resources
-                for resource, amount in pod_requests(pod).items():
-                    free[resource] = free.get(resource, 0) - amount
-        chosen = {p.uid for p in kept}
-        # UIDs the cache has not seen are not in ``on_node``: they free nothing we know of.
-        for pod in kept:
-            for resource, amount in pod_requests(pod).items():
-                free[resource] = free.get(resource, 0) + amount
-        if not _fits(need, free):
-            spare = [
-                p for p in on_node
-                if p.uid not in chosen and not p.terminal and p.deleted is None
-                and p.priority < preemptor.priority and p.uid != preemptor.uid
-                and roles.of(p) is Role.SURPLUS and not protection(p, Role.SURPLUS)
-            ]
-            spare.sort(key=lambda p: (p.priority, -(p.created or 0.0), p.name))
-            for pod in spare:
-                if _fits(need, free):
-                    break
-                kept.append(pod)
-                outcome.substituted.append(pod.ref)
-                for resource, amount in pod_requests(pod).items():
-                    free[resource] = free.get(resource, 0) + amount
-            if not _fits(need, free):
-                outcome.dropped = "no room for the preemptor without evicting protected pods"
-                outcome.substituted = []
-                return outcome
+    if outcome.removed and not _make_room(preemptor, need, node, kept=kept, outcome=outcome,
+                                          view=view, roles=roles):
+        outcome.dropped = "no room for the preemptor without evicting protected pods"
+        outcome.substituted = []
+        return outcome
 
     if not kept and not candidate.unknown_uids:
         outcome.dropped = "every proposed victim is protected"
@@ -208,6 +189,43 @@ def _one_node(
     outcome.victims = [p.uid for p in kept] + list(candidate.unknown_uids)
     outcome.all_surplus = _all_surplus(kept, roles) and not candidate.unknown_uids
     return outcome
+
+
+def _make_room(preemptor: PodView, need: Mapping[str, int], node: NodeView, *,
+               kept: list[PodView], outcome: NodeOutcome, view: ClusterView,
+               roles: _Roles) -> bool:
+    """Once protected victims are taken out, whether the preemptor fits when the ``kept``
+    ones go; if not, other surplus pods of lower priority on the node are added to
+    ``kept`` (and to ``outcome.substituted``), lowest priority first, until it does.
+    False when even that is not enough."""
+    free = dict(node.allocatable)
+    on_node = view.pods_on_node(node.name)
+    for pod in on_node:
+        if not pod.terminal:  # terminating pods still hold their resources
+            for resource, amount in pod_requests(pod).items():
+                free[resource] = free.get(resource, 0) - amount
+    chosen = {p.uid for p in kept}
+    # UIDs the cache has not seen are not in ``on_node``: they free nothing we know of.
+    for pod in kept:
+        for resource, amount in pod_requests(pod).items():
+            free[resource] = free.get(resource, 0) + amount
+    if _fits(need, free):
+        return True
+    spare = [
+        p for p in on_node
+        if p.uid not in chosen and not p.terminal and p.deleted is None
+        and p.priority < preemptor.priority and p.uid != preemptor.uid
+        and roles.of(p) is Role.SURPLUS and not protection(p, Role.SURPLUS)
+    ]
+    spare.sort(key=lambda p: (p.priority, -(p.created or 0.0), p.name))
+    for pod in spare:
+        if _fits(need, free):
+            break
+        kept.append(pod)
+        outcome.substituted.append(pod.ref)
+        for resource, amount in pod_requests(pod).items():
+            free[resource] = free.get(resource, 0) + amount
+    return _fits(need, free)
 
 
 def _all_surplus(pods: Sequence[PodView], roles: _Roles) -> bool:

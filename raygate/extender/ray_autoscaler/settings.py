@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from raygate.client import SERVICE_ACCOUNT_TOKEN
 from raygate.plugin.config import ConfigError
@@ -92,53 +92,68 @@ class AutoscalerSettings:
         problems: list[str] = []
         url = env.get(ENV_URL, "").strip()
         parts = urlsplit(url)
-        if not url:
-            problems.append(f"{ENV_URL}: required: raygate's API, e.g. "
-                            "http://raygate.raygate-system:8888 or grpc://...:9090")
-        elif parts.scheme not in SCHEMES or not parts.hostname:
-            problems.append(f"{ENV_URL}: expected http://, https://, grpc:// or grpcs:// "
-                            f"and a host, got {url!r}")
-        elif parts.scheme.startswith("grpc") and (parts.path.strip("/") or parts.port is None):
-            problems.append(f"{ENV_URL}: a gRPC URL is grpc://host:port with no path, "
-                            f"got {url!r}")
-
-        def seconds(key: str, default: float, minimum: float, exclusive: bool) -> float:
-            raw = env.get(key, "").strip()
-            if not raw:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                value = math.nan
-            if not math.isfinite(value) or value < minimum or (exclusive and value == minimum):
-                bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
-                problems.append(f"{key}: expected a number of seconds {bound}, got {raw!r}")
-                return default
-            return value
-
-        timeout = seconds(ENV_TIMEOUT, DEFAULT_TIMEOUT_SECONDS, 0.0, True)
-        interval = seconds(ENV_POLL_INTERVAL, DEFAULT_POLL_INTERVAL_SECONDS, 0.0, False)
-
-        def file(key: str) -> str | None:
-            path = env.get(key, "").strip() or None
-            if path is not None and not os.access(path, os.R_OK):
-                problems.append(f"{key}: cannot read {path!r}")
-            return path
-
-        tls = TlsSettings(file(ENV_CA_FILE), file(ENV_CERT_FILE), file(ENV_KEY_FILE),
+        problems += _url_problems(url, parts)
+        timeout = _seconds(env, ENV_TIMEOUT, DEFAULT_TIMEOUT_SECONDS, 0.0, problems,
+                           exclusive=True)
+        interval = _seconds(env, ENV_POLL_INTERVAL, DEFAULT_POLL_INTERVAL_SECONDS, 0.0,
+                            problems, exclusive=False)
+        tls = TlsSettings(_readable(env, ENV_CA_FILE, problems),
+                          _readable(env, ENV_CERT_FILE, problems),
+                          _readable(env, ENV_KEY_FILE, problems),
                           env.get(ENV_SERVER_NAME, "").strip() or None)
-        if (tls.cert_file is None) != (tls.key_file is None):
-            problems.append(f"{ENV_CERT_FILE} and {ENV_KEY_FILE}: give both or neither")
-        if tls != TlsSettings() and SCHEMES.get(parts.scheme) is False:
-            problems.append(f"RAYGATE_TLS_*: set, but {ENV_URL} is {parts.scheme}://; use "
-                            f"{parts.scheme}s:// for TLS")
-        if tls.server_name is not None and parts.scheme == "https":
-            problems.append(f"{ENV_SERVER_NAME}: gRPC only; for https:// put that name in "
-                            f"{ENV_URL}")
+        problems += _tls_problems(tls, parts.scheme)
         if ENV_TOKEN_FILE in env:  # set and empty: send no token
-            token = file(ENV_TOKEN_FILE)
+            token = _readable(env, ENV_TOKEN_FILE, problems)
         else:
             token = SERVICE_ACCOUNT_TOKEN if os.path.exists(SERVICE_ACCOUNT_TOKEN) else None
         if problems:
             raise ConfigError(problems)
         return AutoscalerSettings(url, timeout, interval, tls, token)
+
+
+def _url_problems(url: str, parts: SplitResult) -> list[str]:
+    if not url:
+        return [f"{ENV_URL}: required: raygate's API, e.g. "
+                "http://raygate.raygate-system:8888 or grpc://...:9090"]
+    if parts.scheme not in SCHEMES or not parts.hostname:
+        return [f"{ENV_URL}: expected http://, https://, grpc:// or grpcs:// and a host, "
+                f"got {url!r}"]
+    if parts.scheme.startswith("grpc") and (parts.path.strip("/") or parts.port is None):
+        return [f"{ENV_URL}: a gRPC URL is grpc://host:port with no path, got {url!r}"]
+    return []
+
+
+def _seconds(env: Mapping[str, str], key: str, default: float, minimum: float,
+             problems: list[str], *, exclusive: bool) -> float:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < minimum or (exclusive and value == minimum):
+        bound = f"> {minimum:g}" if exclusive else f">= {minimum:g}"
+        problems.append(f"{key}: expected a number of seconds {bound}, got {raw!r}")
+        return default
+    return value
+
+
+def _readable(env: Mapping[str, str], key: str, problems: list[str]) -> str | None:
+    path = env.get(key, "").strip() or None
+    if path is not None and not os.access(path, os.R_OK):
+        problems.append(f"{key}: cannot read {path!r}")
+    return path
+
+
+def _tls_problems(tls: TlsSettings, scheme: str) -> list[str]:
+    problems = []
+    if (tls.cert_file is None) != (tls.key_file is None):
+        problems.append(f"{ENV_CERT_FILE} and {ENV_KEY_FILE}: give both or neither")
+    if tls != TlsSettings() and SCHEMES.get(scheme) is False:
+        problems.append(f"RAYGATE_TLS_*: set, but {ENV_URL} is {scheme}://; use "
+                        f"{scheme}s:// for TLS")
+    if tls.server_name is not None and scheme == "https":
+        problems.append(f"{ENV_SERVER_NAME}: gRPC only; for https:// put that name in "
+                        f"{ENV_URL}")
+    return problems
