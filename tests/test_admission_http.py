@@ -430,7 +430,7 @@ def test_documented_grpc_example_is_what_the_demo_answers(
         assert word in README
 
 
-def _request_position(count: int) -> int:
+def _request_position(count: int, wake_batch: int) -> int:
     """Where a request that arrives as the first of ``count`` waiters wakes up runs among
     them, in the order the loop ran them."""
     from raygate.extender.api.admission import AdmissionService
@@ -442,7 +442,7 @@ def _request_position(count: int) -> int:
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        service = AdmissionService(cache, FakeClock())
+        service = AdmissionService(cache, FakeClock(), wake_batch=wake_batch)
         service.attach(loop)
         seen = service.get("ray", "queued").version
 
@@ -466,19 +466,17 @@ def _request_position(count: int) -> int:
     return order.index("request")
 
 
-def test_a_change_wakes_many_waiters_a_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_change_wakes_many_waiters_a_batch_at_a_time() -> None:
     """A request that arrives while a change wakes many waiters runs after a batch or two,
     not after all of them."""
-    from raygate.extender.api import admission_waiters
+    from raygate.extender.api.admission_waiters import WAKE_BATCH
 
-    count = 8 * admission_waiters.WAKE_BATCH
-    assert _request_position(count) <= 3 * admission_waiters.WAKE_BATCH
-    monkeypatch.setattr(admission_waiters, "WAKE_BATCH", count)  # all at once: the request last
-    assert _request_position(count) == count
+    count = 8 * WAKE_BATCH
+    assert _request_position(count, WAKE_BATCH) <= 3 * WAKE_BATCH
+    assert _request_position(count, count) == count  # all at once: the request last
 
 
-def test_a_rebuild_of_many_clusters_lets_requests_through(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rebuild_of_many_clusters_lets_requests_through() -> None:
     """After a publish, statuses are derived a chunk of clusters per turn of the loop: a
     request queued meanwhile runs before the rebuild ends; one that reads the status
     finishes the rebuild itself and sees the new snapshot."""
@@ -496,11 +494,10 @@ def test_a_rebuild_of_many_clusters_lets_requests_through(
     cache = ClusterCache(PolicyConfig(), "test")
     cache.publish(snapshot_of(*clusters("Inqueue")))
     events: list[str] = []
-    monkeypatch.setattr(admission_api, "REBUILD_SLICE_SECONDS", 0.0)  # a step per turn
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        service = AdmissionService(cache, FakeClock())
+        service = AdmissionService(cache, FakeClock(), rebuild_slice_seconds=0.0)  # a step per turn
         service.attach(loop)
         first = service.current()
         cache.publish(snapshot_of(*clusters("Running")))

@@ -14,8 +14,12 @@ import httpx
 import pytest
 
 from raygate.extender import cli
-from raygate.extender.kube import client
-from raygate.extender.kube.client import ClusterConfigError, NoClusterConfig, load_connection
+from raygate.extender.kube.client import (
+    ClusterConfigError,
+    NoClusterConfig,
+    PodFiles,
+    load_connection,
+)
 from tests.apiserver import CRDS, ApiServerDouble, kubeconfig_text
 from tests.builders import make_node, make_pod
 
@@ -59,16 +63,12 @@ def test_the_default_kubeconfig_in_home(no_home_config: Path) -> None:
     assert load_connection(None, None, {}).configuration.host == "http://127.0.0.1:1"
 
 
-def test_in_cluster_config_when_running_in_a_pod(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_in_cluster_config_when_running_in_a_pod(tmp_path: Path) -> None:
     token, ca = tmp_path / "token", tmp_path / "ca.crt"
     token.write_text("service-account-token")
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    monkeypatch.setattr(client, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(client, "SERVICE_CERT_FILENAME", str(ca))
     env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    connection = load_connection(None, None, env)
+    connection = load_connection(None, None, env, PodFiles(str(token), str(ca)))
     assert connection.configuration.host == "https://10.96.0.1:443"
     assert connection.configuration.ssl_ca_cert == str(ca)
     assert connection.configuration.get_api_key_with_prefix("BearerToken") == (
@@ -79,13 +79,10 @@ def test_in_cluster_config_when_running_in_a_pod(
     assert load_connection(str(explicit), None, env).configuration.host == "http://127.0.0.1:1"
 
 
-def test_in_cluster_config_without_a_token_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(client, "SERVICE_TOKEN_FILENAME", str(tmp_path / "missing"))
+def test_in_cluster_config_without_a_token_is_refused(tmp_path: Path) -> None:
     env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     with pytest.raises(ClusterConfigError, match="in-cluster config"):
-        load_connection(None, None, env)
+        load_connection(None, None, env, PodFiles(token=str(tmp_path / "missing")))
 
 
 def test_a_broken_kubeconfig_is_refused_with_its_path(tmp_path: Path) -> None:

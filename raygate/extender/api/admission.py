@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 from raygate.extender.api.admission_http import conditional_reply, openapi_document, wait_timeout
 from raygate.extender.api.admission_state import Build, Entry, Generation, Key, Scope, untouched
-from raygate.extender.api.admission_waiters import Signal
+from raygate.extender.api.admission_waiters import WAKE_BATCH, Signal
 from raygate.extender.errors import RayClusterNotFound
 from raygate.extender.http.routes import AsyncRoute, Request, Response, Route
 from raygate.extender.state.cache import ClusterCache
@@ -65,9 +65,13 @@ class AdmissionService:
     Everything but ``__init__`` runs on the server's event loop (``attach`` binds it).
     """
 
-    def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time, *,
+                 wake_batch: int = WAKE_BATCH,
+                 rebuild_slice_seconds: float = REBUILD_SLICE_SECONDS) -> None:
         self.cache = cache
         self.clock = clock
+        self.wake_batch = wake_batch
+        self.rebuild_slice_seconds = rebuild_slice_seconds
         self._generation: Generation | None = None
         self._signals: dict[Scope, Signal] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -143,7 +147,7 @@ class AdmissionService:
             if generation is not None and not self._stale(generation):
                 return
             build = self._build_for_now()
-            deadline = time.perf_counter() + REBUILD_SLICE_SECONDS
+            deadline = time.perf_counter() + self.rebuild_slice_seconds
             while not self._step(build, REBUILD_CHECK_EVERY):
                 if time.perf_counter() >= deadline:
                     break
@@ -261,7 +265,7 @@ class AdmissionService:
     def _signal(self, scope: Scope) -> Signal:
         signal = self._signals.get(scope)
         if signal is None:
-            signal = self._signals[scope] = Signal()
+            signal = self._signals[scope] = Signal(self.wake_batch)
         return signal
 
     def _notify(self, keys: Iterable[Key]) -> None:

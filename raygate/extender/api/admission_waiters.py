@@ -17,9 +17,10 @@ class Signal:
     future before it reads the state, so that a change after the read wakes it; it
     ``disarm``s the future when done. ``fire`` wakes every armed waiter."""
 
-    __slots__ = ("waiters",)
+    __slots__ = ("batch", "waiters")
 
-    def __init__(self) -> None:
+    def __init__(self, batch: int = WAKE_BATCH) -> None:
+        self.batch = batch
         self.waiters: dict[asyncio.Future[None], None] = {}  # an ordered set
 
     def arm(self) -> asyncio.Future[None]:
@@ -33,13 +34,13 @@ class Signal:
     def fire(self) -> None:
         if self.waiters:
             futures, self.waiters = list(self.waiters), {}
-            wake(futures, 0)
+            wake(futures, 0, self.batch)
 
 
-def wake(futures: list[asyncio.Future[None]], start: int) -> None:
-    for future in futures[start:start + WAKE_BATCH]:
+def wake(futures: list[asyncio.Future[None]], start: int, batch: int) -> None:
+    for future in futures[start:start + batch]:
         if not future.done():
             future.set_result(None)
-    if start + WAKE_BATCH < len(futures):
+    if start + batch < len(futures):
         # The rest on a later turn of the loop, after the I/O that arrived meanwhile.
-        asyncio.get_running_loop().call_soon(wake, futures, start + WAKE_BATCH)
+        asyncio.get_running_loop().call_soon(wake, futures, start + batch, batch)

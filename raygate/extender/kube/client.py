@@ -77,10 +77,20 @@ class Connection:
     """Where raygate connects and how it learned to, for logs and ``/readyz``."""
 
 
+@dataclass(frozen=True)
+class PodFiles:
+    """Where a pod finds its service account's token and the cluster's CA (the kubelet
+    mounts them)."""
+
+    token: str = SERVICE_TOKEN_FILENAME
+    ca: str = SERVICE_CERT_FILENAME
+
+
 def load_connection(
     kubeconfig: str | None = None,
     context: str | None = None,
     environ: Mapping[str, str] | None = None,
+    pod_files: PodFiles = PodFiles(),
 ) -> Connection:
     """How to reach the cluster, in order: ``--kubeconfig``/``--context`` when given;
     in-cluster config when ``KUBERNETES_SERVICE_HOST`` is set (raygate runs in a pod);
@@ -88,7 +98,7 @@ def load_connection(
     is there, ``ClusterConfigError`` when the one chosen cannot be used."""
     env = os.environ if environ is None else environ
     if kubeconfig is None and context is None and env.get(SERVICE_HOST_ENV_NAME):
-        return _in_cluster(env)
+        return _in_cluster(env, pod_files)
     if kubeconfig is None:
         # $KUBECONFIG may list several files (os.pathsep), merged as kubectl merges them.
         kubeconfig = env.get("KUBECONFIG") or None
@@ -109,12 +119,12 @@ def load_connection(
     return Connection(configuration, f"{configuration.host} (kubeconfig {kubeconfig}{which})")
 
 
-def _in_cluster(env: Mapping[str, str]) -> Connection:
+def _in_cluster(env: Mapping[str, str], files: PodFiles) -> Connection:
     configuration = k8s.Configuration()
     try:
         # The service account token is rotated by the kubelet; the loader re-reads it.
         loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
-            token_filename=SERVICE_TOKEN_FILENAME, cert_filename=SERVICE_CERT_FILENAME,
+            token_filename=files.token, cert_filename=files.ca,
             environ=env)
         loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
     except ConfigException as exc:
