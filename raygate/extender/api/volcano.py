@@ -35,12 +35,6 @@ __all__ = ["VolcanoExtender", "volcano_routes"]
 log = logging.getLogger("raygate.volcano")
 
 _encode = msgspec.json.encode
-_PREDICATE = msgspec.json.Decoder(wire.PredicateRequest)
-_PRIORITIZE = msgspec.json.Decoder(wire.PrioritizeRequest)
-_VICTIMS = msgspec.json.Decoder(wire.VictimsRequest)
-_TASK = msgspec.json.Decoder(wire.TaskInfo)
-_ENQUEUE = msgspec.json.Decoder(wire.JobEnqueueableRequest)
-_NODE = msgspec.json.Decoder(kube.Node)
 
 UNSCHEDULABLE_AND_UNRESOLVABLE = 3  # api.UnschedulableAndUnresolvable
 PASS = _encode(wire.PredicateResponse())
@@ -96,7 +90,7 @@ class VolcanoExtender:
             metrics.unknown_nodes.inc()
             return False
         try:
-            view = convert.node_view(_NODE.decode(node.node), f"{path}.Node")
+            view = convert.node_view(kube.NODE.decode(node.node), f"{path}.Node")
         except DECODE_ERRORS as exc:
             raise BadRequest(f"cannot decode {path}.Node: {exc}") from None
         except convert.ConversionError as exc:
@@ -110,7 +104,7 @@ class VolcanoExtender:
         return b"{}"
 
     def predicate(self, body: bytes) -> bytes:
-        request: wire.PredicateRequest = _decode(_PREDICATE, body, "predicate")
+        request: wire.PredicateRequest = _decode(wire.PREDICATE_REQUEST, body, "predicate")
         pod = _task_pod(request.task, "task")
         if not isinstance(request.node, wire.NodeInfo):
             raise MissingField("node")
@@ -126,7 +120,7 @@ class VolcanoExtender:
         return _encode(wire.PredicateResponse(status=refusal, code=UNSCHEDULABLE_AND_UNRESOLVABLE))
 
     def prioritize(self, body: bytes) -> bytes:
-        request: wire.PrioritizeRequest = _decode(_PRIORITIZE, body, "prioritize")
+        request: wire.PrioritizeRequest = _decode(wire.PRIORITIZE_REQUEST, body, "prioritize")
         pod = _task_pod(request.task, "task")
         snap = self.cache.snapshot
         metrics = self._prioritize_metrics
@@ -142,13 +136,13 @@ class VolcanoExtender:
 
     def victims(self, body: bytes) -> bytes:
         """preemptable and reclaimable: the same request, the same rules."""
-        request: wire.VictimsRequest = _decode(_VICTIMS, body, "preemptable")
+        request: wire.VictimsRequest = _decode(wire.VICTIMS_REQUEST, body, "preemptable")
         evictor = _task_pod(request.evictor, "evictor")
         raw_evictees = request.evictees if isinstance(request.evictees, list) else []
         evictees: list[PodView] = []
         for i, raw in enumerate(raw_evictees):
             try:
-                task = _TASK.decode(raw)
+                task = wire.TASK_INFO.decode(raw)
             except DECODE_ERRORS as exc:
                 raise BadRequest(f"cannot decode $.evictees[{i}]: {exc}") from None
             evictees.append(_task_pod(task, f"evictees[{i}]"))
@@ -165,7 +159,8 @@ class VolcanoExtender:
     def job_enqueueable(self, body: bytes) -> bytes:
         """Abstains; the JobInfo is parsed and logged for a later opt-in all-or-nothing
         overflow scale-up."""
-        request: wire.JobEnqueueableRequest = _decode(_ENQUEUE, body, "jobEnqueueable")
+        request: wire.JobEnqueueableRequest = _decode(wire.JOB_ENQUEUEABLE_REQUEST, body,
+                                                      "jobEnqueueable")
         if isinstance(request.job, wire.JobInfo) and log.isEnabledFor(logging.DEBUG):
             job = request.job
             log.debug("jobEnqueueable %s/%s queue=%s minAvailable=%d: abstain",

@@ -219,3 +219,7 @@ class Metadata(_Base):
     """Any object's identity only: what is left to remove an object raygate cannot read."""
 
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+
+NODE = msgspec.json.Decoder(Node)
+"""A Node's JSON (Volcano's NodeInfo carries one) into the struct."""

@@ -119,3 +119,14 @@ class JobEnqueueableRequest(msgspec.Struct):
 
 class VoteResponse(msgspec.Struct):
     status: int = 0
+
+
+# One decoder per request shape, built once: each verb's body is decoded straight into
+# its struct.
+PREDICATE_REQUEST = msgspec.json.Decoder(PredicateRequest)
+PRIORITIZE_REQUEST = msgspec.json.Decoder(PrioritizeRequest)
+VICTIMS_REQUEST = msgspec.json.Decoder(VictimsRequest)
+TASK_INFO = msgspec.json.Decoder(TaskInfo)
+"""An evictee of a victims request: kept raw in the request, decoded one by one, so the
+reply can echo the ones that may go byte for byte."""
+JOB_ENQUEUEABLE_REQUEST = msgspec.json.Decoder(JobEnqueueableRequest)
