@@ -54,6 +54,8 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from raygate.extender.authz.answers import Answers, K
+from raygate.extender.authz.interceptor import Interceptor
+from raygate.extender.authz.tokens import bearer_token
 from raygate.extender.errors import (
     Forbidden,
     RaygateError,
@@ -88,17 +90,7 @@ says."""
 NAMED_CLUSTER_SEGMENT = "/rayclusters/{name}"
 """An HTTP route whose ``{name}`` follows this names one RayCluster (``get`` with the
 name); any other ``{name}`` (a pod's) is not a RayCluster's name."""
-POD_METHODS = frozenset({"/raygate.v1.Explain/Explain"})
-"""gRPC methods whose request's ``name`` is a pod's: ``get`` in the namespace, no name."""
-UNGUARDED_SERVICES = frozenset({
-    "grpc.health.v1.Health",
-    "grpc.reflection.v1alpha.ServerReflection",
-    "grpc.reflection.v1.ServerReflection",
-})
-"""gRPC services served to anyone: probes and schema discovery expose no cluster data."""
 WWW_AUTHENTICATE = (b"www-authenticate", b'Bearer realm="raygate"')
-MIN_RECHECK_SECONDS = 1.0
-"""A streaming call is checked again at most this often, even with no cache."""
 
 
 # --- the cache --------------------------------------------------------------------------
@@ -278,24 +270,9 @@ class Authorizer:
 
     # --- gRPC ---------------------------------------------------------------------------
     def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        # The interceptor is built on this class: imported when a server asks for it.
-        from raygate.extender.authz.interceptor import Interceptor
-
         return [Interceptor(self)]
 
 
-def bearer_token(header: bytes | str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` value (the scheme is
-    case-insensitive, RFC 9110 §11.1); None for anything else, including two headers
-    joined by ", " or a token with blanks in it."""
-    if header is None:
-        return None
-    value = header.decode("latin-1") if isinstance(header, bytes) else header
-    scheme, _, token = value.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or any(c in token for c in " \t,"):
-        return None
-    return token
 
 
 def route_access(path: str) -> Callable[[Request], Access]:

@@ -5,22 +5,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
-from raygate.extender.authz.authorizer import (
-    MIN_RECHECK_SECONDS,
-    POD_METHODS,
-    UNGUARDED_SERVICES,
-    Authorizer,
-    bearer_token,
-)
+from raygate.extender.authz.tokens import bearer_token
 from raygate.extender.errors import (
     RaygateError,
     grpc_status_for,
 )
-from raygate.extender.kube.reviews import Access
+from raygate.extender.kube.reviews import Access, User
+
+POD_METHODS = frozenset({"/raygate.v1.Explain/Explain"})
+"""gRPC methods whose request's ``name`` is a pod's: ``get`` in the namespace, no name."""
+UNGUARDED_SERVICES = frozenset({
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1alpha.ServerReflection",
+    "grpc.reflection.v1.ServerReflection",
+})
+"""gRPC services served to anyone: probes and schema discovery expose no cluster data."""
+MIN_RECHECK_SECONDS = 1.0
+"""A streaming call is checked again at most this often, even with no cache."""
+
+
+class Guard(Protocol):
+    """What the interceptor asks of the authorizer (``authorizer.Authorizer``)."""
+
+    cache_seconds: float
+    clock: Callable[[], float]
+
+    async def authorize(self, token: str | None, access: Access) -> User: ...
 
 
 def grpc_access(method: str, request: Any) -> Access:
@@ -40,7 +54,7 @@ class Interceptor(grpc.aio.ServerInterceptor):
     """Wraps each guarded method's handler so that it sees the request message (for its
     ``namespace``) before the servicer does."""
 
-    def __init__(self, authorizer: Authorizer) -> None:
+    def __init__(self, authorizer: Guard) -> None:
         self.authorizer = authorizer
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
