@@ -6,16 +6,10 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from raygate.extender.state.snapshot import Changes, Snapshot
 from raygate.extender.state.sync import SyncStatus
 from raygate.plugin.config import PolicyConfig
-
-if TYPE_CHECKING:
-    pass
-
-
 
 JOURNAL_LENGTH = 1024
 """Publishes remembered by ``changes_between``: a reader further behind looks at all."""

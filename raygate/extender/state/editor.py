@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import msgspec
 from immutables import Map
@@ -36,11 +36,6 @@ from raygate.plugin.model import (
     WorkloadView,
 )
 from raygate.plugin.placement import score
-
-if TYPE_CHECKING:
-    pass
-
-
 
 HOST_PRIORITY = msgspec.json.Encoder()
 """Each node's prioritize entry (``HostPriority``, kube-scheduler's PascalCase) is encoded

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 from raygate.plugin.model import (
     NodeView,
@@ -13,11 +13,6 @@ from raygate.plugin.model import (
     RayClusterView,
     WorkloadView,
 )
-
-if TYPE_CHECKING:
-    pass
-
-
 
 NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD = "Node", "Pod", "RayCluster", "PodGroup", "Workload"
 KINDS = (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD)

@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     # The editor makes snapshots and a snapshot starts its editor: one unit in two
     # modules, so the methods below import it when they run.
     from raygate.extender.state.editor import SnapshotEditor
-    pass
 
 
 

@@ -5,13 +5,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 import msgspec
-
-if TYPE_CHECKING:
-    pass
-
 
 
 class KindReport(msgspec.Struct, rename="camel", omit_defaults=True):
