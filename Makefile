@@ -39,10 +39,11 @@ testbed: $(STAMP)  ## build etcd, kube-apiserver, kube-scheduler, kubectl, KubeR
 e2e: testbed  ## the scenarios against the real components; writes docs/e2e-report.md
 	$(BIN)/python -m pytest -q e2e
 
-check: lint types proto-check  ## lint (ruff), types (mypy strict, tests included), generated code current
+check: lint types proto-check  ## lint (ruff, import contracts), types (mypy strict, tests included), generated code current
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff, and the import contracts of pyproject.toml (import-linter)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 types: $(STAMP)
 	$(BIN)/mypy
