@@ -296,13 +296,10 @@ class Testbed:
                      "crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io",
                      "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
 
-    def service_account_kubeconfig(self, name: str, namespace: str = RAYGATE_NAMESPACE,
-                                   audience: str | None = None) -> Path:
+    def service_account_kubeconfig(self, name: str, namespace: str = RAYGATE_NAMESPACE) -> Path:
         """A kubeconfig with a TokenRequest token of a ServiceAccount (as a pod gets)."""
         assert self.pki is not None
         argv = ["create", "token", name, "-n", namespace, "--duration=24h"]
-        if audience:
-            argv.append(f"--audience={audience}")
         token = self.kubectl(*argv).stdout.strip()
         return _kubeconfig(self.workdir / f"{namespace}.{name}.kubeconfig", self.server,
                            self.pki.ca_cert, {"token": token})
