@@ -1,6 +1,6 @@
 """The HTTP front: raw ASGI on uvicorn, no framework, and a fast path beside it.
 
-Measured on this machine class (docs/performance.md), a raw ASGI callable on
+Measured on this machine class (docs/benchmarks.md), a raw ASGI callable on
 uvicorn with uvloop and httptools, with msgspec doing the JSON, is the fastest Python
 stack for the extender's small-request, latency-bound pattern; frameworks cost 2-5x.
 Routes map a path to a function ``bytes -> bytes`` (``Route``); ``SyncRoutes`` runs them
