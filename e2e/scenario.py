@@ -165,7 +165,7 @@ class Scenario:
                     if self._closed.is_set():
                         return
                     self._observe(kind, pod)
-            except (ApiError, OSError, ValueError):  # a broken stream: list again
+            except (ApiError, ValueError):  # no answer, a broken stream: list again
                 self._closed.wait(0.5)
 
     def _observe(self, kind: str, pod: dict[str, Any]) -> None:

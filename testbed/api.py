@@ -1,16 +1,20 @@
-"""A small JSON client of the testbed's kube-apiserver, as the admin: what scenarios need
-(read, create, patch, watch), objects as plain JSON, no client models."""
+"""The testbed's kube-apiserver as scenarios use it: read, create, patch, watch, objects as
+plain JSON. Connection, TLS and credentials are the ``kubernetes`` client's (through
+``raygate.extender.kube.client.load_connection``, as raygate itself connects); replies
+are read raw, never as the client's model objects."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+
+import urllib3
+from kubernetes import client as k8s
+
+from raygate.extender.kube.client import load_connection
 
 __all__ = ["Api", "ApiError"]
 
@@ -18,38 +22,47 @@ Obj = dict[str, Any]
 
 
 class ApiError(Exception):
+    """An error reply, or ``status`` 0: no answer (the server is away, the stream broke)."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
 
 
 class Api:
-    def __init__(self, server: str, context: ssl.SSLContext) -> None:
-        self.server = server
-        self.context = context
+    def __init__(self, kubeconfig: Path) -> None:
+        self.client = k8s.ApiClient(load_connection(str(kubeconfig), None, {}).configuration)
 
-    def _open(self, method: str, path: str, body: Obj | list[Obj] | None = None,
+    def _call(self, method: str, path: str, *, body: Obj | list[Obj] | None = None,
+              query: list[tuple[str, str]] | None = None,
               content_type: str = "application/json", timeout: float = 30.0) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.server + path, data=data, method=method,
-                                         headers={"Content-Type": content_type,
-                                                  "Accept": "application/json"})
+        """The raw urllib3 response of a 2xx reply; anything else raises ``ApiError``."""
+        method, url, headers, serialized, _ = self.client.param_serialize(
+            method, path, query_params=query or [], body=body,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            auth_settings=["BearerToken"])
         try:
-            return urllib.request.urlopen(request, context=self.context, timeout=timeout)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
+            response = self.client.call_api(method, url, header_params=headers,
+                                            body=serialized,
+                                            _request_timeout=(10.0, timeout)).response
+        except (urllib3.exceptions.HTTPError, k8s.ApiException, OSError) as exc:
+            raise ApiError(0, f"{method} {path}: {exc}") from None
+        if not 200 <= response.status < 300:
+            detail = response.data.decode(errors="replace")
             with contextlib.suppress(ValueError):
                 detail = json.loads(detail).get("message", detail)
-            raise ApiError(exc.code, f"{method} {path}: {detail}") from None
+            raise ApiError(response.status, f"{method} {path}: {detail}")
+        return response
 
     def request(self, method: str, path: str, body: Obj | list[Obj] | None = None,
-                content_type: str = "application/json") -> Obj:
-        with self._open(method, path, body, content_type) as reply:
-            result: Obj = json.loads(reply.read())
-            return result
+                content_type: str = "application/json",
+                query: list[tuple[str, str]] | None = None) -> Obj:
+        result: Obj = json.loads(self._call(method, path, body=body, query=query,
+                                            content_type=content_type).data)
+        return result
 
     def get(self, path: str, **query: str) -> Obj:
-        return self.request("GET", f"{path}?{urlencode(query)}" if query else path)
+        return self.request("GET", path, query=list(query.items()))
 
     def exists(self, path: str) -> bool:
         try:
@@ -74,13 +87,17 @@ class Api:
               ) -> Iterator[tuple[str, Obj]]:
         """(type, object) of each event from ``resource_version`` until the server ends
         the watch; an ERROR event (410 Gone, say) raises ``ApiError``."""
-        query = urlencode({"watch": "true", "resourceVersion": resource_version,
-                           "timeoutSeconds": str(timeout_seconds),
-                           "allowWatchBookmarks": "false"})
-        with self._open("GET", f"{path}?{query}", timeout=timeout_seconds + 30) as reply:
-            for line in reply:
+        query = [("watch", "true"), ("resourceVersion", resource_version),
+                 ("timeoutSeconds", str(timeout_seconds))]
+        response = self._call("GET", path, query=query, timeout=timeout_seconds + 30)
+        try:
+            for line in response:
                 event = json.loads(line)
                 if event["type"] == "ERROR":
                     status = event["object"]
                     raise ApiError(int(status.get("code", 500)), status.get("message", ""))
                 yield event["type"], event["object"]
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, f"watch {path}: {exc}") from None
+        finally:
+            response.release_conn()

@@ -412,7 +412,7 @@ class Testbed:
 
     def api(self) -> Api:
         """A JSON client of kube-apiserver, as the admin."""
-        return Api(self.server, self.admin_ssl_context())
+        return Api(self.admin_kubeconfig)
 
     def logs_tail(self) -> str:
         return "\n\n".join(process.tail() for process in self.processes.values())
