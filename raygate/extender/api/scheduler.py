@@ -138,16 +138,16 @@ class SchedulerExtender:
                 wire.FilterResult(node_names=passed, failed_and_unresolvable_nodes=failed))
         if isinstance(args.nodes, wire.NodeListRaw):
             items = args.nodes.items or []
-            if not decision.refuses_gpu_nodes:
+            refusal = decision.refusal(node_is_gpu=True)  # a CPU node always passes
+            if refusal is None:
                 return _encode(wire.FilterResult(nodes=wire.NodeListOut(items=items)))
             kept: list[msgspec.Raw] = []
             failed = {}
             for raw, name, is_gpu in _nodes_from_list(items, snap):
-                refusal = decision.refusal(is_gpu)
-                if refusal is None:
-                    kept.append(raw)
-                else:
+                if is_gpu:
                     failed[name] = refusal
+                else:
+                    kept.append(raw)
             if failed:
                 self._filter_metrics.refused[decision.rule].inc(len(failed))
             return _encode(wire.FilterResult(
