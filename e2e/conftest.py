@@ -16,6 +16,7 @@ import pytest
 from e2e import report
 from e2e.scenario import Scenario
 from testbed.cluster import REPO, Testbed, running_testbed
+from testbed.volcano import start_volcano
 
 REPORT = Path(os.environ.get("RAYGATE_E2E_REPORT", REPO / "docs" / "e2e-report.md"))
 
@@ -25,6 +26,14 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
     workdir = tmp_path_factory.mktemp("testbed")
     with running_testbed(workdir) as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def volcano(testbed: Testbed) -> Testbed:
+    """Volcano's controllers and scheduler on the session's testbed, from the first
+    scenario that needs them on (they stop with the testbed)."""
+    start_volcano(testbed)
+    return testbed
 
 
 @pytest.fixture(scope="session")

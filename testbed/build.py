@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["COMPONENTS", "BuildError", "Component", "build_all", "cache_root"]
@@ -38,6 +38,9 @@ class Component:
     """Binary name -> Go package path of its ``main``."""
     data: dict[str, str]
     """Folder in the cache -> folder inside the upstream module copied there (CRDs)."""
+    stamp: dict[str, str] = field(default_factory=dict)
+    """``-X`` link flags: what a release build writes into the binary (its version;
+    ``{version}``, ``{major}`` and ``{minor}`` are the pinned module version's)."""
 
     @property
     def directory(self) -> Path:
@@ -57,7 +60,15 @@ class Component:
         for name in ("go.mod", "go.sum", "tools.go"):
             path = self.directory / name
             digest.update(path.read_bytes() if path.is_file() else b"")
+        digest.update(self.ldflags.encode())
         return digest.hexdigest()
+
+    @property
+    def ldflags(self) -> str:
+        major, minor = self.version.removeprefix("v").split(".")[:2]
+        values = {"version": self.version, "major": major, "minor": minor}
+        return " ".join(["-s", "-w", *(f"-X {key}={value.format(**values)}"
+                                       for key, value in sorted(self.stamp.items()))])
 
     def path(self, binary: str) -> Path:
         return cache_root() / f"{self.name}-{self.version}" / binary
@@ -70,12 +81,24 @@ COMPONENTS = {c.name: c for c in (
         "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         "kubectl": "k8s.io/kubernetes/cmd/kubectl",
-    }, {}),
+    }, {}, stamp={
+        # A `go build` of the module says v0.0.0-master+$Format:%H$, which clients that
+        # parse the server's version refuse (Kueue exits on it): stamp it as a release.
+        "k8s.io/component-base/version.gitVersion": "{version}",
+        "k8s.io/component-base/version.gitMajor": "{major}",
+        "k8s.io/component-base/version.gitMinor": "{minor}",
+    }),
     Component("kuberay", "github.com/ray-project/kuberay/ray-operator",
               {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
               {"crds": "config/crd/bases"}),
     Component("cert-manager", "github.com/cert-manager/cert-manager", {},
               {"crds": "deploy/crds"}),
+    Component("volcano", "volcano.sh/volcano",
+              {"vc-scheduler": "volcano.sh/volcano/cmd/scheduler",
+               "vc-controller-manager": "volcano.sh/volcano/cmd/controller-manager"},
+              {"crds": "config/crd/volcano/bases"}),
+    Component("kueue", "sigs.k8s.io/kueue", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
+              {"crds": "config/components/crd/bases", "webhook": "config/components/webhook"}),
     Component("kwok", "sigs.k8s.io/kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
               {"stages": "kustomize/stage"}),
 )}
@@ -105,6 +128,14 @@ def _go(component: Component, *args: str) -> str:
     return result.stdout
 
 
+def _writable(tree: Path) -> None:
+    """Files copied from the module cache keep its read-only modes; a rebuild must be able
+    to replace them."""
+    if tree.is_dir():
+        for folder, _, _ in os.walk(tree):
+            Path(folder).chmod(0o755)
+
+
 def build(component: Component, *, force: bool = False) -> Path:
     """Build one component unless its cache folder holds this pin already."""
     target = cache_root() / f"{component.name}-{component.version}"
@@ -121,7 +152,8 @@ def build(component: Component, *, force: bool = False) -> Path:
     staging.mkdir(parents=True)
     for binary, package in component.commands.items():
         begun = time.monotonic()
-        _go(component, "build", "-ldflags=-s -w", "-o", str(staging / binary), package)
+        _go(component, "build", f"-ldflags={component.ldflags}", "-o", str(staging / binary),
+            package)
         _say(f"{component.name}: built {binary} in {time.monotonic() - begun:.0f} s")
     if component.data:
         # The module's own files, at the version (and hash) go.mod and go.sum pin.
@@ -129,7 +161,9 @@ def build(component: Component, *, force: bool = False) -> Path:
                                      component.module))["Dir"])
         for folder, inside in component.data.items():
             shutil.copytree(source / inside, staging / folder)
+        _writable(staging)
     (staging / ".pin").write_text(component.pin)
+    _writable(target)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     _say(f"{component.name} {component.version}: ready in {time.monotonic() - started:.0f} s "

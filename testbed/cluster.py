@@ -43,12 +43,16 @@ from testbed.build import COMPONENTS, cache_root
 from testbed.pki import Pki, make_pki
 from testbed.processes import Process, StartError, free_port, wait_for
 
-__all__ = ["REPO", "Testbed", "TestbedError", "running_testbed"]
+__all__ = ["DEPLOY", "REPO", "Testbed", "TestbedError", "binary", "running_testbed"]
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 SCHEDULER_SETUP = DEPLOY / "kube-scheduler-second"
 RAYGATE_NAMESPACE = "raygate-system"
+# What the testbed installs and waits for before anything starts.
+CRDS = ("crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io",
+        "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io",
+        "crd/podgroups.scheduling.volcano.sh", "crd/queues.scheduling.volcano.sh")
 # Start order; stop goes the other way (whatever was restarted in between).
 STOP_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "ray-scheduler",
               "default-scheduler", "kuberay-operator", "kwok", "raygate"]
@@ -60,7 +64,7 @@ class TestbedError(Exception):
     __test__ = False  # not a test class, whatever pytest's collector thinks of the name
 
 
-def _binary(component: str, name: str) -> Path:
+def binary(component: str, name: str) -> Path:
     path = COMPONENTS[component].path(name)
     if not path.is_file():
         raise TestbedError(f"{path} is missing: build the testbed first (`make testbed`; "
@@ -167,9 +171,10 @@ class Testbed:
     def stop(self) -> None:
         """Stop every component, last started first; their logs stay in ``logs/``."""
         self._stopping.set()
-        for name in reversed(STOP_ORDER):
-            if name in self.processes:
-                self.processes[name].stop()
+        # Add-ons (Volcano, Kueue) first: they started after everything here.
+        for name in sorted(self.processes, key=lambda n: -STOP_ORDER.index(n)
+                           if n in STOP_ORDER else -len(STOP_ORDER)):
+            self.processes[name].stop()
 
     def _supervise(self) -> None:
         """Start again a component that exited, as the kubelet restarts a control-plane
@@ -188,7 +193,8 @@ class Testbed:
     def _say(self, message: str) -> None:
         print(f"testbed: {message}", file=sys.stderr, flush=True)
 
-    def _run(self, name: str, argv: list[Any], env: dict[str, str] | None = None) -> Process:
+    def run(self, name: str, argv: list[Any], env: dict[str, str] | None = None) -> Process:
+        """Start a component under the supervisor (restarted when it exits)."""
         process = Process(name, argv, self.logs, env=env).start()
         self.processes[name] = process
         return process
@@ -198,8 +204,8 @@ class Testbed:
     def _start_etcd(self) -> None:
         client = f"http://127.0.0.1:{self.ports.etcd}"
         peer = f"http://127.0.0.1:{self.ports.etcd_peer}"
-        process = self._run("etcd", [
-            _binary("etcd", "etcd"), "--name=testbed", f"--data-dir={self.workdir / 'etcd'}",
+        process = self.run("etcd", [
+            binary("etcd", "etcd"), "--name=testbed", f"--data-dir={self.workdir / 'etcd'}",
             f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=testbed={peer}", "--log-level=warn",
@@ -216,7 +222,7 @@ class Testbed:
         assert self.pki is not None
         pki = self.pki
         argv: list[Any] = [
-            _binary("kubernetes", "kube-apiserver"),
+            binary("kubernetes", "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.ports.etcd}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             # The `kubernetes` Service's endpoints may not be a loopback address; nothing
@@ -239,7 +245,7 @@ class Testbed:
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             "--profiling=false", "--v=1",
         ]
-        process = self._run("kube-apiserver", argv)
+        process = self.run("kube-apiserver", argv)
         context = self.admin_ssl_context()
         wait_for("kube-apiserver /readyz", lambda: urllib.request.urlopen(
             f"{self.server}/readyz", context=context, timeout=2).status == 200, 90, process)
@@ -262,8 +268,8 @@ class Testbed:
 
     def _start_controller_manager(self) -> None:
         assert self.pki is not None
-        process = self._run("kube-controller-manager", [
-            _binary("kubernetes", "kube-controller-manager"),
+        process = self.run("kube-controller-manager", [
+            binary("kubernetes", "kube-controller-manager"),
             f"--kubeconfig={self.admin_kubeconfig}",
             f"--authentication-kubeconfig={self.admin_kubeconfig}",
             f"--authorization-kubeconfig={self.admin_kubeconfig}",
@@ -282,9 +288,11 @@ class Testbed:
                                       check=False).returncode == 0, 60, process)
 
     def _install_crds(self) -> None:
-        """KubeRay's CRDs, and cert-manager's (deploy/kube-scheduler-default asks it for
-        the webhook's certificate; no cert-manager controller runs here)."""
-        for component in ("kuberay", "cert-manager"):
+        """KubeRay's CRDs, cert-manager's (deploy/kube-scheduler-default asks it for
+        the webhook's certificate; no cert-manager controller runs here) and Volcano's
+        (installed before raygate starts, as in a cluster that runs Volcano: raygate looks
+        for a CRD that is missing only once a minute)."""
+        for component in ("kuberay", "cert-manager", "volcano"):
             crds = COMPONENTS[component].path("crds")
             if not crds.is_dir():
                 raise TestbedError(f"{crds} is missing: build the testbed first "
@@ -292,9 +300,10 @@ class Testbed:
             # Server-side apply: KubeRay's CRDs are larger than client-side apply's
             # last-applied annotation allows.
             self.kubectl("apply", "--server-side", "-f", str(crds))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io",
-                     "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+        # (`kubectl wait` fails at once on a CRD whose status is not written yet.)
+        wait_for("the CRDs established", lambda: self.kubectl(
+            "wait", "--for=condition=Established", "--timeout=10s", *CRDS,
+            check=False).returncode == 0, 60)
 
     def service_account_kubeconfig(self, name: str, namespace: str = RAYGATE_NAMESPACE) -> Path:
         """A kubeconfig with a TokenRequest token of a ServiceAccount (as a pod gets)."""
@@ -333,8 +342,8 @@ class Testbed:
                               self.ports.default_scheduler)
 
     def _start_scheduler(self, name: str, config: Path, kubeconfig: str, port: int) -> None:
-        process = self._run(name, [
-            _binary("kubernetes", "kube-scheduler"), f"--config={config}",
+        process = self.run(name, [
+            binary("kubernetes", "kube-scheduler"), f"--config={config}",
             "--bind-address=127.0.0.1", f"--secure-port={port}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
@@ -349,21 +358,28 @@ class Testbed:
             f"https://127.0.0.1:{port}/healthz", context=insecure, timeout=2).status == 200,
             60, process)
 
-    def _start_kuberay(self) -> None:
-        process = self._run("kuberay-operator", [
-            _binary("kuberay", "kuberay-operator"),
+    def _start_kuberay(self, batch_scheduler: str = "") -> None:
+        process = self.run("kuberay-operator", [
+            binary("kuberay", "kuberay-operator"),
             f"--metrics-addr=127.0.0.1:{self.ports.kuberay_metrics}",
             f"--health-probe-bind-address=127.0.0.1:{self.ports.kuberay_health}",
             "--enable-leader-election=false",
+            *([f"--batch-scheduler={batch_scheduler}"] if batch_scheduler else []),
         ], env={"KUBECONFIG": str(self.admin_kubeconfig)})
         wait_for("kuberay-operator", lambda: urllib.request.urlopen(
             f"http://127.0.0.1:{self.ports.kuberay_health}/readyz", timeout=2).status == 200,
             60, process)
 
+    def restart_kuberay(self, batch_scheduler: str = "") -> None:
+        """Start the operator again with ``--batch-scheduler`` (``volcano``, say) or
+        without: KubeRay reads it at start, for every RayCluster it manages."""
+        self.processes.pop("kuberay-operator").stop()
+        self._start_kuberay(batch_scheduler)
+
     def _start_kwok(self) -> None:
         stages = COMPONENTS["kwok"].path("stages")
-        self._run("kwok", [
-            _binary("kwok", "kwok"), f"--kubeconfig={self.admin_kubeconfig}",
+        self.run("kwok", [
+            binary("kwok", "kwok"), f"--kubeconfig={self.admin_kubeconfig}",
             "--manage-all-nodes", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
             f"--config={stages / 'node' / 'fast'}",
             f"--config={stages / 'node' / 'heartbeat'}",
@@ -383,7 +399,7 @@ class Testbed:
         config = self.workdir / "raygate.yaml"
         config.write_text(configmap["data"]["raygate.yaml"])
         kubeconfig = self.service_account_kubeconfig("raygate")
-        process = self._run("raygate", [
+        process = self.run("raygate", [
             sys.executable, "-m", "raygate", "serve", f"--kubeconfig={kubeconfig}",
             f"--config={config}", f"--http-addr=127.0.0.1:{self.ports.raygate_http}",
             f"--grpc-addr=127.0.0.1:{self.ports.raygate_grpc}", "--authz=on",
@@ -403,7 +419,7 @@ class Testbed:
     def kubectl(self, *args: str, input: str | None = None,
                 check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [str(_binary("kubernetes", "kubectl")), f"--kubeconfig={self.admin_kubeconfig}",
+            [str(binary("kubernetes", "kubectl")), f"--kubeconfig={self.admin_kubeconfig}",
              *args], input=input, capture_output=True, text=True, timeout=120, check=False)
         if check and result.returncode != 0:
             raise TestbedError(f"kubectl {' '.join(args)}: exit {result.returncode}\n"

@@ -97,7 +97,8 @@ class WorkloadBuilder:
         return self
 
     def admitted(self) -> Self:
-        return (self.condition("QuotaReserved", "True", "QuotaReserved", "Quota reserved")
+        return (self.condition("QuotaReserved", "True", "QuotaReserved",
+                               "Quota reserved in ClusterQueue cluster-queue")
                 .condition("Admitted", "True", "Admitted", "The workload is admitted"))
 
     def obj(self) -> Obj:
@@ -208,11 +209,12 @@ def kueue_admitted() -> list[Obj]:
 
 
 def kueue_waiting() -> list[Obj]:
-    """Kueue has not reserved quota; the elastic slice's new pod is gated."""
+    """Kueue has not reserved quota (reason ``Pending``, Kueue 0.17's own message); the
+    elastic RayCluster's pod waits behind Kueue's ``kueue.x-k8s.io/elastic-job`` gate."""
     return [
         make_raycluster("kw").group("workers", replicas=1, min=1, max=1).obj(),
         make_workload("raycluster-kw-9f8e7").owned_by("kw")
-        .condition("QuotaReserved", "False", "WaitingForQuota",
+        .condition("QuotaReserved", "False", "Pending",
                    "couldn't assign flavors to pod set workers: insufficient unused quota "
                    "for cpu in flavor default-flavor, 2 more needed").obj(),
         make_pod("kw-head").head("kw").created(at(-30))

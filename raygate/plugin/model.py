@@ -217,6 +217,8 @@ class WorkloadView:
     owner: OwnerRef | None = None
     conditions: tuple[Condition, ...] = ()
     api_version: str = ""
+    pods: int | None = None
+    """Σ ``spec.podSets[].count``: the pods Kueue asks quota for (None when not given)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -286,4 +286,6 @@ def workload_view(wl: kube.Workload, path: str = "$") -> WorkloadView:
         owner=_controller(wl.metadata.owner_references),
         conditions=_conditions(wl.status.conditions, f"{path}.status.conditions"),
         api_version=wl.api_version,
+        pods=(sum(max(0, ps.count or 0) for ps in wl.spec.pod_sets)
+              if wl.spec.pod_sets is not None else None),
     )

@@ -148,6 +148,15 @@ class PodGroup(_Base):
     status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
 
 
+class WorkloadPodSet(_Base):
+    name: str = ""
+    count: int | None = None
+
+
+class WorkloadSpec(_Base):
+    pod_sets: list[WorkloadPodSet] | None = None
+
+
 class WorkloadStatus(_Base):
     conditions: list[Condition] | None = None
 
@@ -155,6 +164,7 @@ class WorkloadStatus(_Base):
 class Workload(_Base):
     api_version: str = ""
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: WorkloadSpec = msgspec.field(default_factory=WorkloadSpec)
     status: WorkloadStatus = msgspec.field(default_factory=WorkloadStatus)
 
 

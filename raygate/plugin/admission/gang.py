@@ -65,7 +65,9 @@ def _latest(conditions: Iterable[Condition], type_: str) -> Condition | None:
 
 _PODGROUP_PHASES: Mapping[str, str] = MappingProxyType({
     # volcano-sh/apis scheduling/v1beta1 types.go
-    "Pending": "the gang waits for Volcano to find room for all its members",
+    # Pending: Volcano's enqueue action has not accepted the gang into its queue (the
+    # queue's capability, or the whole cluster, is short of its minResources).
+    "Pending": "the gang waits for its queue to accept it",
     "Inqueue": "the queue accepted the gang, and Volcano binds no member until all fit",
     "Running": "Volcano admitted the gang (its minMember pods are scheduled)",
     "Unknown": "part of the gang runs and the rest cannot be placed",
@@ -79,67 +81,86 @@ def _podgroup_gang(pg: PodGroupView, running: int) -> GangFacts:
     admitted = pg.phase == "Running"
     unschedulable = _latest(pg.conditions, "Unschedulable")
     scheduled = _latest(pg.conditions, "Scheduled")
-    capacity = None
+    standing = None
     if (unschedulable is not None and unschedulable.status == "True"
             and unschedulable.reason == "NotEnoughResources"
             # Volcano leaves the old condition behind when it later sets Scheduled=True.
             and not (scheduled is not None and scheduled.status == "True"
                      and (scheduled.last_transition or 0.0)
                      >= (unschedulable.last_transition or 0.0))):
-        capacity = unschedulable
+        standing = unschedulable
+    # Volcano's gang plugin writes that condition before the queue accepts the gang
+    # (phase Pending) too: that wait is the queue's admission, not one for capacity.
+    capacity = standing if pg.phase != "Pending" else None
     what = _PODGROUP_PHASES.get(pg.phase, "a phase raygate does not know")
     reason = f"{source} is {pg.phase or 'without a phase'}; {what}"
-    if capacity is not None:
-        reason += f"; NotEnoughResources: {capacity.message}" if capacity.message else (
+    if standing is not None:
+        reason += f"; NotEnoughResources: {standing.message}" if standing.message else (
             "; NotEnoughResources")
     return GangFacts(GangStatus(source, pg.phase, admitted, pg.min_member, running, reason),
                  capacity)
 
 
-def _workload_phase(wl: WorkloadView) -> str:
-    def true(type_: str) -> bool:
-        cond = _latest(wl.conditions, type_)
-        return cond is not None and cond.status == "True"
+def _true(wl: WorkloadView, type_: str) -> Condition | None:
+    cond = _latest(wl.conditions, type_)
+    return cond if cond is not None and cond.status == "True" else None
 
-    for type_ in ("Finished", "Admitted", "Evicted", "QuotaReserved"):
-        if true(type_):
+
+def _workload_phase(wl: WorkloadView) -> str:
+    # Kueue's own order (pkg/workload Status): finished, admitted, quota reserved, pending.
+    for type_ in ("Finished", "Admitted", "QuotaReserved"):
+        if _true(wl, type_):
             return type_
     return "Pending"
 
 
-def _kueue_pod_count(cluster: RayClusterView) -> int:
-    # Kueue's BuildPodSets: the head, and per worker group `replicas` (1 when unset, no
-    # clamp, suspended groups included) × numOfHosts.
+def _kueue_pod_count(wl: WorkloadView, cluster: RayClusterView) -> int:
+    if wl.pods is not None:
+        return wl.pods  # what the Workload asks quota for (an elastic slice: its own count)
+    # Kueue's RayCluster pod sets: the head, and per worker group `replicas` (1 when
+    # unset, no clamp, suspended groups included) × numOfHosts.
     return 1 + sum((g.replicas if g.replicas is not None else 1) * g.num_of_hosts
                    for g in cluster.worker_groups)
 
 
+def _detail(cond: Condition) -> str:
+    detail = f"{cond.type}={cond.status}" + (f" ({cond.reason})" if cond.reason else "")
+    return f"{detail}: {cond.message}" if cond.message else detail
+
+
+def _not_admitted_why(wl: WorkloadView) -> str:
+    """Why the Workload is not admitted, most current first: finished; why quota is not
+    reserved (Kueue's ``Pending``/``Inadmissible`` message); else why reserved quota is no
+    admission yet (checks). An eviction is context: Kueue keeps ``Evicted=True`` until
+    quota is reserved again."""
+    finished = _true(wl, "Finished")
+    if finished is not None:
+        return _detail(finished)
+    quota = _latest(wl.conditions, "QuotaReserved")
+    admitted = _latest(wl.conditions, "Admitted")
+    current = quota if quota is not None and quota.status != "True" else admitted
+    evicted = _true(wl, "Evicted")
+    parts = [_detail(current)] if current is not None else []
+    if evicted is not None:
+        parts.append(f"after {_detail(evicted)}")
+    return "; ".join(parts) or "Kueue has not reserved quota for it yet"
+
+
 def _workload_gang(wl: WorkloadView, cluster: RayClusterView, running: int) -> GangFacts:
     source = GangSource("Workload", wl.namespace, wl.name)
-    phase = _workload_phase(wl)
-    admitted_cond = _latest(wl.conditions, "Admitted")
-    admitted = admitted_cond is not None and admitted_cond.status == "True"
+    evicted = _true(wl, "Evicted")
+    # While Kueue tears an evicted (preempted) Workload down it is still Admitted=True,
+    # for seconds: the gang is going, not admitted.
+    admitted = _true(wl, "Admitted") is not None and evicted is None
     if admitted:
         reason = f"{source} is Admitted: quota reserved and every admission check ready"
+    elif evicted is not None and _true(wl, "Admitted"):
+        reason = f"{source} is being evicted: {_detail(evicted)}"
     else:
-        # The most telling condition first: why the quota is not reserved, else why the
-        # reserved quota is not an admission yet (checks pending).
-        why = ""
-        for type_ in ("Finished", "Evicted", "QuotaReserved", "Admitted"):
-            cond = _latest(wl.conditions, type_)
-            if cond is None or (type_ in ("Finished", "Evicted") and cond.status != "True"):
-                continue
-            if type_ == "QuotaReserved" and cond.status == "True":
-                continue
-            detail = f"{cond.type}={cond.status}"
-            if cond.reason:
-                detail += f" ({cond.reason})"
-            why = f"{detail}: {cond.message}" if cond.message else detail
-            break
-        reason = f"{source} is not admitted" + (f": {why}" if why else ": Kueue has not "
-                                                "reserved quota for it yet")
-    return GangFacts(GangStatus(source, phase, admitted, _kueue_pod_count(cluster), running,
-                            reason), None)
+        reason = f"{source} is not admitted: {_not_admitted_why(wl)}"
+    phase = "Evicted" if evicted is not None and _true(wl, "Admitted") else _workload_phase(wl)
+    return GangFacts(GangStatus(source, phase, admitted, _kueue_pod_count(wl, cluster),
+                                running, reason), None)
 
 
 def _pick_workload(workloads: Iterable[WorkloadView]) -> WorkloadView | None:
@@ -167,8 +188,18 @@ def gang_of(cluster: RayClusterView, pods: tuple[PodView, ...], view: ClusterVie
         pg = view.podgroup(cluster.namespace, name)
         if pg is not None:
             return _podgroup_gang(pg, running)
-    workload = _pick_workload(view.workloads_of(cluster.namespace, cluster.name))
+    workload = _pick_workload(
+        wl for wl in view.workloads_of(cluster.namespace, cluster.name)
+        # A Workload left by a deleted RayCluster of the same name is not this one's.
+        if not (wl.owner is not None and wl.owner.uid and cluster.uid
+                and wl.owner.uid != cluster.uid))
     if workload is not None:
         return _workload_gang(workload, cluster, running)
+    if cluster.suspended:
+        # Kueue suspends a queued RayCluster, and keeps it suspended while it replaces
+        # the Workload (a non-elastic cluster rescaled): nothing runs until resumed.
+        return GangFacts(GangStatus(None, "Suspended", False, 0, running,
+                                    "the RayCluster is suspended (spec.suspend): KubeRay "
+                                    "creates no pods until it is resumed"), None)
     return GangFacts(GangStatus(None, "", True, 0, running,
                             "no PodGroup or Kueue Workload gates this RayCluster"), None)

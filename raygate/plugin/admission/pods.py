@@ -9,7 +9,12 @@ from types import MappingProxyType
 
 from raygate.plugin.admission.gang import GangFacts, GangStatus
 from raygate.plugin.admission.states import PodAction, PodState, is_running, true_condition
-from raygate.plugin.admission.verdicts import INSUFFICIENT, SchedulerVerdict, classify_verdict
+from raygate.plugin.admission.verdicts import (
+    INSUFFICIENT,
+    SKIPPED_FOR_SIBLING,
+    SchedulerVerdict,
+    classify_verdict,
+)
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     PREEMPTION_REASON,
@@ -254,8 +259,13 @@ class PodStatus:
     """The ``POD_RULES`` row that decided the state (for tests and logs)."""
 
 
-def pod_facts(pod: PodView, gang: GangFacts, config: PolicyConfig, now: float) -> PodFacts:
+def pod_facts(pod: PodView, gang: GangFacts, config: PolicyConfig, now: float,
+              siblings: Mapping[str, Condition] = MappingProxyType({})) -> PodFacts:
+    """``siblings``: per worker group, the ``PodScheduled`` verdict of one of its pods,
+    lent to a pod Volcano skipped for that sibling's failure."""
     scheduled = pod.condition("PodScheduled")
+    if scheduled is not None and SKIPPED_FOR_SIBLING in scheduled.message:
+        scheduled = siblings.get(pod.group_key.group, scheduled)
     return PodFacts(pod, gang.status, gang.capacity, config, now,
                     true_condition(pod, "DisruptionTarget"), scheduled, classify_verdict(scheduled))
 

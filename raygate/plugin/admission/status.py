@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from raygate.plugin.admission.gang import GangStatus, gang_of, podgroup_names
 from raygate.plugin.admission.groups import GroupStatus, group_status
 from raygate.plugin.admission.pods import PodStatus, derive_pod, is_listed, pod_facts
+from raygate.plugin.admission.verdicts import SKIPPED_FOR_SIBLING
 from raygate.plugin.classify import HEAD_GROUP
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     ClusterView,
+    Condition,
     GroupKey,
+    PodView,
     RayClusterView,
 )
 
@@ -34,6 +38,18 @@ class Derivation:
     only new inputs can change it."""
 
 
+def sibling_verdicts(pods: Iterable[PodView]) -> dict[str, Condition]:
+    """Per group, the ``PodScheduled=False`` condition of one of its pods that holds a
+    verdict (not Volcano's "skipped for a sibling")."""
+    found: dict[str, Condition] = {}
+    for pod in pods:
+        scheduled = pod.condition("PodScheduled")
+        if (scheduled is not None and scheduled.status == "False"
+                and SKIPPED_FOR_SIBLING not in scheduled.message):
+            found.setdefault(pod.group_key.group, scheduled)
+    return found
+
+
 def admission_status(
     cluster: RayClusterView, view: ClusterView, config: PolicyConfig, now: float
 ) -> Derivation:
@@ -42,10 +58,11 @@ def admission_status(
     gang = gang_of(cluster, pods, view)
     deadlines: list[float] = []
     statuses: list[PodStatus] = []
+    siblings = sibling_verdicts(pods)
     for pod in pods:
         if not is_listed(pod):
             continue
-        status, until = derive_pod(pod_facts(pod, gang, config, now))
+        status, until = derive_pod(pod_facts(pod, gang, config, now, siblings))
         statuses.append(status)
         if until is not None:
             deadlines.append(until)

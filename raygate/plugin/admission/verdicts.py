@@ -51,6 +51,12 @@ MESSAGE_MARKERS: tuple[tuple[str, SchedulerVerdict], ...] = (
     ("tasks in gang unschedulable", SchedulerVerdict.GANG),
 )
 
+# Volcano's allocate skips a pod whose task role (for KubeRay, its worker group) already
+# failed the predicates in this session: "Task ns/x with role spec overflow has already
+# predicated failed, skip". It judged the sibling, not this pod: the verdict is the
+# sibling's (``admission_status`` lends it), and no verdict at all without one.
+SKIPPED_FOR_SIBLING = "has already predicated failed, skip"
+
 # "Insufficient nvidia.com/gpu" (a resource name may hold dots, never end with one).
 INSUFFICIENT = re.compile(r"Insufficient [\w./-]*\w|Too many pods")
 
@@ -67,6 +73,8 @@ def classify_verdict(scheduled: Condition | None) -> SchedulerVerdict:
         return SchedulerVerdict.GANG
     if scheduled.reason != "Unschedulable":
         return SchedulerVerdict.NONE  # SchedulerError or unknown: the scheduler has not said no
+    if SKIPPED_FOR_SIBLING in scheduled.message:
+        return SchedulerVerdict.NONE
     for marker, verdict in MESSAGE_MARKERS:
         if marker in scheduled.message:
             return verdict

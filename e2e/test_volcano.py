@@ -1,0 +1,257 @@
+"""The seed's scenario on the real Volcano: KubeRay with ``--batch-scheduler=volcano``
+makes the PodGroup ``ray-<name>-pg`` (``minMember`` = head + floor), Volcano's scheduler
+places the gang with raygate as its ``extender`` plugin (deploy/volcano's configuration),
+and preempts for a high-priority GPU job with raygate's ``preemptable`` answers.
+
+Nodes are those of the kube-scheduler scenarios (tests/test_placement, test_preemption),
+so the timelines compare side by side in the report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e import report
+from e2e.admission import AdmissionRecorder
+from e2e.gangs import GangRecorder, events
+from e2e.objects import gpu_job, node, raycluster, tolerating_gpu_groups
+from e2e.scenario import Scenario, wait_until
+from e2e.test_preemption import guard_pod, priority_class
+from raygate.extender.wire.admission_status import AdmissionStatus
+from testbed.cluster import Testbed
+
+pytestmark = pytest.mark.e2e
+
+QUEUE = {"volcano.sh/queue-name": "default"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kuberay_on_volcano(volcano: Testbed) -> Iterator[None]:
+    """KubeRay reads ``--batch-scheduler`` at start, for all its RayClusters: this module
+    runs it so, and the others without."""
+    volcano.restart_kuberay("volcano")
+    yield
+    volcano.restart_kuberay()
+
+
+def podgroups(scenario: Scenario) -> GangRecorder:
+    return GangRecorder(scenario.api, "/apis/scheduling.volcano.sh/v1beta1/namespaces/"
+                        f"{scenario.namespace}/podgroups", scenario.started)
+
+
+def volcano_raycluster(scenario: Scenario, name: str, baseline: int, cpu: str = "4",
+                       ) -> dict[str, Any]:
+    body = raycluster(name, scenario.namespace, scenario.name,
+                      tolerating_gpu_groups(baseline=baseline, overflow=0, cpu=cpu),
+                      scheduler="volcano")
+    body["metadata"]["labels"] = dict(QUEUE)
+    return body
+
+
+def podgroup(scenario: Scenario, name: str) -> dict[str, Any]:
+    return scenario.api.get(f"/apis/scheduling.volcano.sh/v1beta1/namespaces/"
+                            f"{scenario.namespace}/podgroups/{name}")
+
+
+def kinds(scenario: Scenario, group: str) -> list[str]:
+    return sorted(scenario.node_kind(pod) for pod in scenario.running(group))
+
+
+def test_volcano_places_the_gang_floor_on_cpu_nodes(scenario: Scenario) -> None:
+    name = scenario.name
+    groups = podgroups(scenario)
+    try:
+        scenario.setup([node(f"{name}-cpu-a", name, cpu=8), node(f"{name}-cpu-b", name, cpu=8),
+                        node(f"{name}-gpu-a", name, cpu=32, gpus=4)])
+        scenario.create(volcano_raycluster(scenario, "mixed", baseline=2))
+        wait_until("the head and the 2 floor workers running",
+                   lambda: len(scenario.running("headgroup")) == 1
+                   and len(scenario.running("baseline")) == 2, timeout=90)
+        scenario.step("head and floor running")
+        pg = podgroup(scenario, "ray-mixed-pg")
+        assert pg["spec"]["minMember"] == 3, "head + floor"
+        assert pg["spec"]["queue"] == "default"
+        wait_until("the PodGroup Running", lambda: groups.phases("ray-mixed-pg")[-1:]
+                   == ["Running"])
+        scenario.scale("mixed", "overflow", 4)
+        wait_until("4 overflow workers running",
+                   lambda: len(scenario.running("overflow")) == 4, timeout=90)
+        scenario.step("4 overflow workers running")
+
+        assert kinds(scenario, "headgroup") == ["CPU"]
+        assert kinds(scenario, "baseline") == ["CPU", "CPU"], "raygate's predicate"
+        assert "GPU" in kinds(scenario, "overflow"), "overflow surplus may use the GPU node"
+        report.add("volcano-1-placement", scenario.timeline(
+            "Volcano: placement with raygate as the extender plugin")
+            + "\nThe PodGroup as Volcano wrote it:\n\n" + groups.table())
+    finally:
+        groups.close()
+
+
+def test_volcano_preempts_overflow_never_the_floor(
+        scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
+    name = scenario.name
+    gpu_node = f"{name}-gpu-a"
+    groups = podgroups(scenario)
+    admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
+                                  scenario.started)
+    try:
+        scenario.setup([node(f"{name}-cpu-a", name, cpu=8), node(f"{name}-cpu-b", name, cpu=8),
+                        node(gpu_node, name, cpu=16, gpus=4)])
+        scenario.create(priority_class(f"{name}-low", -100))
+        scenario.create(priority_class(f"{name}-gpu-job", 1000))
+        scenario.create(guard_pod(scenario, gpu_node, f"{name}-low", "volcano"))
+        scenario.create(volcano_raycluster(scenario, "work", baseline=2))
+        wait_until("head, floor and guard running",
+                   lambda: len(scenario.running("headgroup")) == 1
+                   and len(scenario.running("baseline")) == 2
+                   and scenario.live_pods("app=guard")[0]["status"].get("phase") == "Running",
+                   timeout=90)
+        scenario.scale("work", "overflow", 3)
+        wait_until("3 overflow workers running", lambda: len(scenario.running("overflow")) == 3,
+                   timeout=90)
+        on_gpu = sorted(p["metadata"]["name"] for p in scenario.running("overflow")
+                        if p["spec"]["nodeName"] == gpu_node)
+        assert len(on_gpu) == 2, "two overflow workers on the GPU node before the job"
+        floor = sorted(p["metadata"]["name"] for p in
+                       scenario.running("baseline") + scenario.running("headgroup"))
+
+        scenario.create(gpu_job("train", scenario.namespace, name, cpu="12", gpus=4,
+                                priority_class=f"{name}-gpu-job", scheduler="volcano"))
+        job = wait_until("the GPU job bound", lambda: next(
+            (p for p in scenario.live_pods("app=train") if p["spec"].get("nodeName")), None),
+            timeout=120)
+        scenario.step(f"GPU job bound to {job['spec']['nodeName']}")
+        assert job["spec"]["nodeName"] == gpu_node
+
+        evicted = sorted(h.name for h in scenario.history() if h.deleting is not None)
+        assert evicted == on_gpu, "Volcano evicted the two overflow workers, not the guard"
+        guard = scenario.live_pods("app=guard")[0]
+        assert not guard["metadata"].get("deletionTimestamp")
+        assert sorted(p["metadata"]["name"] for p in scenario.running("baseline")
+                      + scenario.running("headgroup")) == floor, "the floor is untouched"
+
+        wait_until("2 replacements created", lambda: len(
+            [p for p in scenario.group_pods("overflow")
+             if p["metadata"]["name"] not in on_gpu]) == 3, timeout=90)
+        replacements = sorted(p["metadata"]["name"] for p in scenario.group_pods("overflow")
+                              if p["metadata"]["name"] not in on_gpu
+                              and not p["spec"].get("nodeName"))
+        assert len(replacements) == 2, "exactly one replacement per victim"
+        scenario.add_node(node(f"{name}-cpu-c", name, cpu=8))
+        scenario.step(f"added {name}-cpu-c")
+        wait_until("the replacements running", lambda: all(
+            p["status"].get("phase") == "Running" for p in scenario.group_pods("overflow")),
+            timeout=90)
+        for pod in scenario.group_pods("overflow"):
+            if pod["metadata"]["name"] in replacements:
+                assert scenario.node_kind(pod) == "CPU", "the replacement goes to a CPU node"
+        report.add("volcano-2-preemption", scenario.timeline(
+            "Volcano: a priority-1000 GPU job preempts; raygate answers preemptable")
+            + "\nPodGroups as Volcano wrote them:\n\n" + groups.table()
+            + "\nVolcano's events:\n\n" + events(scenario.api, scenario.namespace,
+                                                  source="volcano")
+            + "\nWhat the admission API said:\n\n" + admission.table())
+    finally:
+        groups.close()
+        admission.close()
+
+
+def test_volcano_infeasible_floor_waits_for_the_gang(
+        scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
+    """The seed's other case: a floor of 3 workers of 8 CPU on two 8-CPU nodes can never
+    be placed whole. The cluster as a whole has the room (a node the gang may not use),
+    so the queue accepts the gang (Inqueue); Volcano binds none of it, and raygate says
+    the gang waits for capacity and holds scale-up."""
+    name = scenario.name
+    groups = podgroups(scenario)
+    admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
+                                  scenario.started)
+    try:
+        scenario.setup([node(f"{name}-cpu-a", name, cpu=8), node(f"{name}-cpu-b", name, cpu=8),
+                        node(f"{name}-elsewhere", f"{name}-other", cpu=64)])
+        scenario.create(volcano_raycluster(scenario, "big", baseline=3, cpu="8"))
+        wait_until("the PodGroup Inqueue, NotEnoughResources", lambda: (
+            groups.phases("ray-big-pg")[-1:] == ["Inqueue"]
+            and (groups.condition("ray-big-pg", "Unschedulable") or ("", "", ""))[2]
+            == "NotEnoughResources"), timeout=60)
+        wait_until("the 4 pods created", lambda: len(scenario.live_pods()) == 4)
+        pods = scenario.live_pods()
+        for pod in pods:
+            admission.wait_for_state(pod["metadata"]["name"], "WaitingForCapacity")
+        status = wait_until("the admission status of big", lambda: _gang_waits(admission))
+        scenario.step(f"admission API: {status.gang.reason}")
+        assert {g.name: g.scale_up.action for g in status.groups} == {
+            "headgroup": "hold", "baseline": "hold", "overflow": "hold"}
+        assert {p.advice.action for p in status.pods} == {"keep"}
+        assert not [p for p in scenario.live_pods() if p["spec"].get("nodeName")], (
+            "no member bound")
+        report.add("volcano-3-infeasible", scenario.timeline(
+            "Volcano: a floor that cannot fit; the gang waits")
+            + "\nThe PodGroup as Volcano wrote it:\n\n" + groups.table()
+            + "\nVolcano's events:\n\n" + events(scenario.api, scenario.namespace,
+                                                  source="volcano")
+            + "\nWhat the admission API said:\n\n" + admission.table())
+    finally:
+        groups.close()
+        admission.close()
+
+
+def _gang_waits(admission: AdmissionRecorder) -> AdmissionStatus | None:
+    status = admission.status("big")
+    return status if status is not None and status.gang.source is not None and (
+        not status.gang.admitted) else None
+
+
+def cpu_job(scenario: Scenario, priority: str, cpu: str) -> dict[str, Any]:
+    """A high-priority CPU-only pod (not a Ray pod), scheduled by Volcano."""
+    resources = {"cpu": cpu, "memory": "4Gi"}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "urgent", "namespace": scenario.namespace,
+                         "labels": {"app": "urgent"}},
+            "spec": {"schedulerName": "volcano", "priorityClassName": priority,
+                     "nodeSelector": {"testbed.raygate.dev/scenario": scenario.name},
+                     "containers": [{"name": "urgent", "image": "example.invalid/urgent:1",
+                                     "resources": {"requests": resources,
+                                                   "limits": resources}}]}}
+
+
+def test_volcano_takes_no_floor_worker_when_raygate_refuses_every_victim(
+        scenario: Scenario) -> None:
+    """Only the head and the floor run on the node a high-priority pod needs: raygate
+    answers ``preemptable`` with no victim. Volcano's first tier then yields none, and
+    the next tier's plugins vote alone unless deploy/volcano turns their vote off."""
+    name = scenario.name
+    groups = podgroups(scenario)
+    try:
+        # The node elsewhere gives the queue room, so Volcano enqueues the urgent pod's
+        # PodGroup and tries to preempt for it (a full queue would leave it Pending).
+        scenario.setup([node(f"{name}-cpu-a", name, cpu=16),
+                        node(f"{name}-elsewhere", f"{name}-other", cpu=64)])
+        scenario.create(priority_class(f"{name}-urgent", 1000))
+        scenario.create(volcano_raycluster(scenario, "work", baseline=3))
+        wait_until("head and floor running", lambda: len(scenario.running("headgroup")) == 1
+                   and len(scenario.running("baseline")) == 3, timeout=90)
+        floor = sorted(p["metadata"]["name"] for p in
+                       scenario.running("baseline") + scenario.running("headgroup"))
+        scenario.create(cpu_job(scenario, f"{name}-urgent", cpu="6"))
+        wait_until("Volcano's verdict on the urgent pod", lambda: any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False"
+            for p in scenario.live_pods("app=urgent")
+            for c in p.get("status", {}).get("conditions") or []), timeout=60)
+        time.sleep(10)  # ten scheduling sessions (one a second) to preempt in, if it would
+        scenario.step("10 s of Volcano sessions after the urgent pod was refused")
+        gone = sorted(h.name for h in scenario.history() if h.deleting is not None)
+        assert gone == [], f"Volcano evicted {gone}: the floor must stay"
+        assert sorted(p["metadata"]["name"] for p in scenario.running("baseline")
+                      + scenario.running("headgroup")) == floor
+        report.add("volcano-4-floor-veto", scenario.timeline(
+            "Volcano: raygate refuses every victim; the floor stays")
+            + "\nVolcano's events:\n\n" + events(scenario.api, scenario.namespace,
+                                                  source="volcano"))
+    finally:
+        groups.close()
