@@ -10,6 +10,7 @@ so the timelines compare side by side in the report.
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -220,11 +221,13 @@ def cpu_job(scenario: Scenario, priority: str, cpu: str) -> dict[str, Any]:
                                                    "limits": resources}}]}}
 
 
-def test_volcano_takes_no_floor_worker_when_raygate_refuses_every_victim(
+def test_volcano_takes_no_floor_worker_when_the_first_tier_refuses(
         scenario: Scenario) -> None:
-    """Only the head and the floor run on the node a high-priority pod needs: raygate
-    answers ``preemptable`` with no victim. Volcano's first tier then yields none, and
-    the next tier's plugins vote alone unless deploy/volcano turns their vote off."""
+    """Only the head and the floor run on the node a high-priority pod needs. In the
+    first tier gang refuses every victim (the job is at minMember; raygate, later in the
+    tier, would refuse them too): the tier yields none, and the next tier's plugins vote
+    alone unless deploy/volcano turns their vote off. (Before it did, the real
+    vc-scheduler evicted two floor workers here through drf.)"""
     name = scenario.name
     groups = podgroups(scenario)
     try:
@@ -250,8 +253,30 @@ def test_volcano_takes_no_floor_worker_when_raygate_refuses_every_victim(
         assert sorted(p["metadata"]["name"] for p in scenario.running("baseline")
                       + scenario.running("headgroup")) == floor
         report.add("volcano-4-floor-veto", scenario.timeline(
-            "Volcano: raygate refuses every victim; the floor stays")
+            "Volcano: the first tier refuses every victim; the floor stays")
             + "\nVolcano's events:\n\n" + events(scenario.api, scenario.namespace,
                                                   source="volcano"))
     finally:
         groups.close()
+
+
+def test_raygate_answered_every_volcano_call_it_got(volcano: Testbed) -> None:
+    """The real vc-scheduler's requests, as raygate counted them over this module: every
+    verb the scenarios need was called, and every call decoded and answered (200; a
+    request raygate could not read would be a 400 in its own error field)."""
+    text = urllib.request.urlopen(f"{volcano.raygate_url}/metrics", timeout=5).read().decode()
+    calls: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if line.startswith("raygate_requests_total{") and 'route="/volcano/' in line:
+            labels, value = line.rsplit(" ", 1)
+            code = labels.split('code="', 1)[1].split('"', 1)[0]
+            route = labels.split('route="', 1)[1].split('"', 1)[0]
+            calls[(route, code)] = calls.get((route, code), 0.0) + float(value)
+    answered = {route: n for (route, code), n in calls.items() if code == "200" and n}
+    refused = {key: n for key, n in calls.items() if key[1] != "200" and n}
+    assert refused == {}
+    for verb in ("predicate", "prioritize", "preemptable"):
+        assert answered.get(f"/volcano/{verb}", 0) > 0, f"Volcano never called {verb}"
+    report.add("volcano-5-calls", "### Volcano's calls to raygate over these scenarios\n\n"
+               "| route | answered (200) |\n|---|---:|\n" + "".join(
+                   f"| {route} | {n:.0f} |\n" for route, n in sorted(answered.items())))

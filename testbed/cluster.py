@@ -52,7 +52,8 @@ RAYGATE_NAMESPACE = "raygate-system"
 # What the testbed installs and waits for before anything starts.
 CRDS = ("crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io",
         "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io",
-        "crd/podgroups.scheduling.volcano.sh", "crd/queues.scheduling.volcano.sh")
+        "crd/podgroups.scheduling.volcano.sh", "crd/queues.scheduling.volcano.sh",
+        "crd/workloads.kueue.x-k8s.io", "crd/clusterqueues.kueue.x-k8s.io")
 # Start order; stop goes the other way (whatever was restarted in between).
 STOP_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "ray-scheduler",
               "default-scheduler", "kuberay-operator", "kwok", "raygate"]
@@ -289,10 +290,11 @@ class Testbed:
 
     def _install_crds(self) -> None:
         """KubeRay's CRDs, cert-manager's (deploy/kube-scheduler-default asks it for
-        the webhook's certificate; no cert-manager controller runs here) and Volcano's
-        (installed before raygate starts, as in a cluster that runs Volcano: raygate looks
-        for a CRD that is missing only once a minute)."""
-        for component in ("kuberay", "cert-manager", "volcano"):
+        the webhook's certificate; no cert-manager controller runs here), Volcano's and
+        Kueue's (installed before raygate starts, as in a cluster that runs them: raygate
+        looks for a CRD that is missing only once a minute; Kueue's conversion webhook is
+        added when Kueue starts)."""
+        for component in ("kuberay", "cert-manager", "volcano", "kueue"):
             crds = COMPONENTS[component].path("crds")
             if not crds.is_dir():
                 raise TestbedError(f"{crds} is missing: build the testbed first "

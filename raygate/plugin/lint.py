@@ -301,7 +301,9 @@ def rg010_missing_queue(
     if kueue and KUEUE_QUEUE_LABEL not in cluster.labels:
         out.append(Finding(
             "RG010", Severity.INFO, cluster.ref, "metadata.labels",
-            f"no {KUEUE_QUEUE_LABEL} label: Kueue does not manage this RayCluster",
+            f"no {KUEUE_QUEUE_LABEL} label: Kueue manages this RayCluster only if its "
+            "namespace has a LocalQueue named default (Kueue adds the label then) or Kueue "
+            "runs with manageJobsWithoutQueueName",
             f"add the label {KUEUE_QUEUE_LABEL}: <local queue>"))
     return out
 
