@@ -149,16 +149,18 @@ def _not_admitted_why(wl: WorkloadView) -> str:
 def _workload_gang(wl: WorkloadView, cluster: RayClusterView, running: int) -> GangFacts:
     source = GangSource("Workload", wl.namespace, wl.name)
     evicted = _true(wl, "Evicted")
+    still_admitted = _true(wl, "Admitted") is not None
     # While Kueue tears an evicted (preempted) Workload down it is still Admitted=True,
     # for seconds: the gang is going, not admitted.
-    admitted = _true(wl, "Admitted") is not None and evicted is None
+    admitted = still_admitted and evicted is None
+    phase = _workload_phase(wl)
     if admitted:
         reason = f"{source} is Admitted: quota reserved and every admission check ready"
-    elif evicted is not None and _true(wl, "Admitted"):
+    elif evicted is not None and still_admitted:
+        phase = "Evicted"
         reason = f"{source} is being evicted: {_detail(evicted)}"
     else:
         reason = f"{source} is not admitted: {_not_admitted_why(wl)}"
-    phase = "Evicted" if evicted is not None and _true(wl, "Admitted") else _workload_phase(wl)
     return GangFacts(GangStatus(source, phase, admitted, _kueue_pod_count(wl, cluster),
                                 running, reason), None)
 
