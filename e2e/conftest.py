@@ -16,6 +16,7 @@ import pytest
 from e2e import report
 from e2e.scenario import Scenario
 from testbed.cluster import REPO, Testbed, running_testbed
+from testbed.kueue import start_kueue
 from testbed.volcano import start_volcano
 
 REPORT = Path(os.environ.get("RAYGATE_E2E_REPORT", REPO / "docs" / "e2e-report.md"))
@@ -33,6 +34,14 @@ def volcano(testbed: Testbed) -> Testbed:
     """Volcano's controllers and scheduler on the session's testbed, from the first
     scenario that needs them on (they stop with the testbed)."""
     start_volcano(testbed)
+    return testbed
+
+
+@pytest.fixture(scope="session")
+def kueue(testbed: Testbed) -> Testbed:
+    """Kueue's manager (RayCluster integration, its webhooks) on the session's testbed,
+    from the first scenario that needs it on (it stops with the testbed)."""
+    start_kueue(testbed)
     return testbed
 
 

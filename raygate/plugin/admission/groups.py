@@ -62,8 +62,11 @@ class ScaleUpRule:
 SCALE_UP_RULES: tuple[ScaleUpRule, ...] = (
     ScaleUpRule("head", lambda g: g.group == HEAD_GROUP, ScaleUp.HOLD,
                 lambda g: "the head group has exactly one pod; it does not scale"),
+    # Kueue keeps a queued RayCluster suspended until its Workload is admitted: say why.
     ScaleUpRule("suspended", lambda g: g.cluster.suspended, ScaleUp.HOLD,
-                lambda g: "the RayCluster is suspended: KubeRay creates no pods"),
+                lambda g: "the RayCluster is suspended: KubeRay creates no pods" + (
+                    f"; {g.gang.reason}" if g.gang.source is not None
+                    and not g.gang.admitted else "")),
     ScaleUpRule("gang-not-admitted", lambda g: not g.gang.admitted, ScaleUp.HOLD,
                 lambda g: f"new pods would only wait for admission: {g.gang.reason}"),
     ScaleUpRule("waiting-for-capacity", lambda g: PodState.WAITING_FOR_CAPACITY in g.states,
