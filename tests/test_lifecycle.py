@@ -76,7 +76,9 @@ def closed_after(sock: socket.socket) -> float:
 def refuses_connections(port: int) -> bool:
     try:
         socket.create_connection((HOST, port), timeout=5).close()
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
+        # A connection the kernel queued just before the listener closed is reset, not
+        # refused (seen once in CI): the listener is closing all the same.
         return True
     return False
 
