@@ -36,7 +36,8 @@ test-ray: $(RAY_STAMP)  ## the tests against the real Ray autoscaler code (insta
 testbed: $(STAMP)  ## build etcd, Kubernetes, KubeRay, Volcano, Kueue, kwok from Go modules (cached)
 	$(BIN)/python -m testbed build
 
-e2e: testbed  ## the scenarios against the real components; writes docs/e2e-report.md
+# Ray too: the autoscaler scenarios run the real Ray head and autoscaler.
+e2e: testbed $(RAY_STAMP)  ## the scenarios against the real components; writes docs/e2e-report.md
 	$(BIN)/python -m pytest -q e2e
 
 check: lint types proto-check  ## lint (ruff, import contracts), types (mypy strict, tests included), generated code current

@@ -1,0 +1,79 @@
+"""A real Ray head and a real Ray autoscaler beside the testbed, standing in for the head
+pod of a RayCluster that KubeRay manages there (kwok runs the pod; no container runs).
+
+- ``ray start --head --num-cpus=0 --block`` on loopback, with the environment KubeRay gives
+  the head container (``RAY_CLOUD_INSTANCE_ID`` = the head pod's name,
+  ``RAY_NODE_TYPE_NAME=headgroup``, autoscaler v2 on): the autoscaler matches Ray nodes to
+  pods by that name, and scales nothing while the head is not matched.
+- the autoscaler as KubeRay's sidecar runs it — stock ``ray kuberay-autoscaler`` or
+  ``raygate-autoscaler`` — with the RayCluster's ServiceAccount token. Ray reads the API
+  server's address and CA from the environment, but the token only from the in-pod path
+  (``node_provider.IN_CLUSTER_TOKEN_PATH``); ``testbed.autoscaler_offpod`` points that at a
+  file, nothing else.
+
+Both run under the testbed's supervisor and stop by process group (never ``ray stop``,
+which kills every Ray process of the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed.cluster import REPO, Testbed
+from testbed.processes import Process, free_port, wait_for
+
+__all__ = ["start_autoscaler", "start_head"]
+
+
+def _ray_env(pod: str, group: str) -> dict[str, str]:
+    return {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "RAY_CLOUD_INSTANCE_ID": pod, "RAY_NODE_TYPE_NAME": group,
+            "RAY_enable_autoscaler_v2": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def start_head(testbed: Testbed, head_pod: str) -> str:
+    """The head of ``head_pod``; returns the GCS address."""
+    port = free_port()
+    process = testbed.run(f"ray-head-{head_pod}", [
+        Path(sys.executable).parent / "ray", "start", "--head", "--block", "--num-cpus=0",
+        f"--port={port}", "--include-dashboard=false", "--no-monitor",
+        f"--ray-client-server-port={free_port()}", f"--temp-dir={testbed.workdir / 'ray'}",
+        "--object-store-memory=100000000", "--disable-usage-stats",
+    ], env=_ray_env(head_pod, "headgroup"))
+    address = f"127.0.0.1:{port}"
+    ray = str(Path(sys.executable).parent / "ray")
+    wait_for("the Ray head", lambda: subprocess.run(
+        [ray, "health-check", "--address", address, "--skip-version-check"],
+        capture_output=True, check=False, timeout=20).returncode == 0, 60, process)
+    return address
+
+
+def start_autoscaler(testbed: Testbed, cluster: str, namespace: str, head_pod: str,
+                     gcs: str, *, raygate: bool, allocate_timeout: int) -> Process:
+    """The autoscaler of ``namespace/cluster``, under its ServiceAccount's token (KubeRay
+    makes the ServiceAccount, Role and RoleBinding of an autoscaled RayCluster).
+    ``allocate_timeout``: Ray's ``RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S``
+    (3600 s by default in Ray 2.60), after which a pod that never ran Ray is replaced."""
+    assert testbed.pki is not None
+    token = testbed.workdir / f"{namespace}.{cluster}.token"
+    # No trailing newline: Ray sends the file as it is, and a header may not hold one.
+    token.write_text(testbed.kubectl("create", "token", cluster, "-n", namespace,
+                                     "--duration=24h").stdout.strip())
+    env = {**_ray_env(head_pod, "headgroup"), "PYTHONPATH": str(REPO),
+           "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+           "KUBERNETES_SERVICE_PORT_HTTPS": str(testbed.ports.apiserver),
+           "RAY_KUBERAY_CA_CERT_PATH": str(testbed.pki.ca_cert),
+           "TESTBED_TOKEN_FILE": str(token), "KUBERAY_CRD_VER": "v1",
+           "RAY_HEAD_POD_NAME": head_pod, "AUTOSCALER_METRIC_PORT": str(free_port()),
+           "NO_PROXY": "127.0.0.1",
+           "RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S": str(allocate_timeout)}
+    if raygate:
+        env |= {"RAYGATE_URL": testbed.raygate_url, "RAYGATE_TOKEN_FILE": str(token)}
+    which = "raygate" if raygate else "stock"
+    return testbed.run(f"autoscaler-{which}-{namespace}", [
+        sys.executable, "-m", "testbed.autoscaler_offpod", which,
+        "--cluster-name", cluster, "--cluster-namespace", namespace, "--gcs-address", gcs,
+    ], env=env)
