@@ -43,8 +43,8 @@ def guard_pod(scenario: Scenario, node_name: str, priority: str,
                                                    "limits": resources}}]}}
 
 
-def bring_up(scenario: Scenario, scheduler: str,
-             groups: list[Group]) -> tuple[list[str], list[str]]:
+def bring_up(scenario: Scenario, scheduler: str, groups: list[Group],
+             cluster_labels: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """The nodes, the guard, the RayCluster with 3 overflow workers; then the GPU job
     until it is bound. Returns the overflow workers that were on the GPU node and the
     floor (head and baseline) before the job came."""
@@ -55,7 +55,9 @@ def bring_up(scenario: Scenario, scheduler: str,
     scenario.create(priority_class(f"{name}-low", -100))
     scenario.create(priority_class(f"{name}-gpu-job", 1000))
     scenario.create(guard_pod(scenario, gpu_node, f"{name}-low", scheduler))
-    scenario.create(raycluster("work", scenario.namespace, name, groups, scheduler=scheduler))
+    cluster = raycluster("work", scenario.namespace, name, groups, scheduler=scheduler)
+    cluster["metadata"]["labels"] = dict(cluster_labels or {})
+    scenario.create(cluster)
     wait_until("head, floor and guard running",
                lambda: len(scenario.running("headgroup")) == 1
                and len(scenario.running("baseline")) == 2

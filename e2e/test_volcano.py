@@ -19,9 +19,9 @@ import pytest
 from e2e import report
 from e2e.admission import AdmissionRecorder
 from e2e.gangs import GangRecorder, events
-from e2e.objects import gpu_job, node, raycluster, tolerating_gpu_groups
+from e2e.objects import node, raycluster, tolerating_gpu_groups
 from e2e.scenario import Scenario, wait_until
-from e2e.test_preemption import guard_pod, priority_class
+from e2e.test_preemption import bring_up, priority_class
 from raygate.extender.wire.admission_status import AdmissionStatus
 from testbed.cluster import Testbed
 
@@ -58,6 +58,17 @@ def podgroup(scenario: Scenario, name: str) -> dict[str, Any]:
                             f"{scenario.namespace}/podgroups/{name}")
 
 
+def gang_report(title: str, scenario: Scenario, groups: GangRecorder,
+                admission: AdmissionRecorder | None = None) -> str:
+    """A scenario's timeline with what Volcano wrote (and what raygate said)."""
+    text = (scenario.timeline(title) + "\nPodGroups as Volcano wrote them:\n\n"
+            + groups.table() + "\nVolcano's events:\n\n"
+            + events(scenario.api, scenario.namespace, source="volcano"))
+    if admission is not None:
+        text += "\nWhat the admission API said:\n\n" + admission.table()
+    return text
+
+
 def kinds(scenario: Scenario, group: str) -> list[str]:
     return sorted(scenario.node_kind(pod) for pod in scenario.running(group))
 
@@ -86,9 +97,8 @@ def test_volcano_places_the_gang_floor_on_cpu_nodes(scenario: Scenario) -> None:
         assert kinds(scenario, "headgroup") == ["CPU"]
         assert kinds(scenario, "baseline") == ["CPU", "CPU"], "raygate's predicate"
         assert "GPU" in kinds(scenario, "overflow"), "overflow surplus may use the GPU node"
-        report.add("volcano-1-placement", scenario.timeline(
-            "Volcano: placement with raygate as the extender plugin")
-            + "\nThe PodGroup as Volcano wrote it:\n\n" + groups.table())
+        report.add("volcano-1-placement", gang_report(
+            "Volcano: placement with raygate as the extender plugin", scenario, groups))
     finally:
         groups.close()
 
@@ -96,39 +106,12 @@ def test_volcano_places_the_gang_floor_on_cpu_nodes(scenario: Scenario) -> None:
 def test_volcano_preempts_overflow_never_the_floor(
         scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
     name = scenario.name
-    gpu_node = f"{name}-gpu-a"
     groups = podgroups(scenario)
     admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
                                   scenario.started)
     try:
-        scenario.setup([node(f"{name}-cpu-a", name, cpu=8), node(f"{name}-cpu-b", name, cpu=8),
-                        node(gpu_node, name, cpu=16, gpus=4)])
-        scenario.create(priority_class(f"{name}-low", -100))
-        scenario.create(priority_class(f"{name}-gpu-job", 1000))
-        scenario.create(guard_pod(scenario, gpu_node, f"{name}-low", "volcano"))
-        scenario.create(volcano_raycluster(scenario, "work", baseline=2))
-        wait_until("head, floor and guard running",
-                   lambda: len(scenario.running("headgroup")) == 1
-                   and len(scenario.running("baseline")) == 2
-                   and scenario.live_pods("app=guard")[0]["status"].get("phase") == "Running",
-                   timeout=90)
-        scenario.scale("work", "overflow", 3)
-        wait_until("3 overflow workers running", lambda: len(scenario.running("overflow")) == 3,
-                   timeout=90)
-        on_gpu = sorted(p["metadata"]["name"] for p in scenario.running("overflow")
-                        if p["spec"]["nodeName"] == gpu_node)
-        assert len(on_gpu) == 2, "two overflow workers on the GPU node before the job"
-        floor = sorted(p["metadata"]["name"] for p in
-                       scenario.running("baseline") + scenario.running("headgroup"))
-
-        scenario.create(gpu_job("train", scenario.namespace, name, cpu="12", gpus=4,
-                                priority_class=f"{name}-gpu-job", scheduler="volcano"))
-        job = wait_until("the GPU job bound", lambda: next(
-            (p for p in scenario.live_pods("app=train") if p["spec"].get("nodeName")), None),
-            timeout=120)
-        scenario.step(f"GPU job bound to {job['spec']['nodeName']}")
-        assert job["spec"]["nodeName"] == gpu_node
-
+        on_gpu, floor = bring_up(scenario, "volcano",
+                                 tolerating_gpu_groups(baseline=2, overflow=0), QUEUE)
         evicted = sorted(h.name for h in scenario.history() if h.deleting is not None)
         assert evicted == on_gpu, "Volcano evicted the two overflow workers, not the guard"
         guard = scenario.live_pods("app=guard")[0]
@@ -151,12 +134,9 @@ def test_volcano_preempts_overflow_never_the_floor(
         for pod in scenario.group_pods("overflow"):
             if pod["metadata"]["name"] in replacements:
                 assert scenario.node_kind(pod) == "CPU", "the replacement goes to a CPU node"
-        report.add("volcano-2-preemption", scenario.timeline(
-            "Volcano: a priority-1000 GPU job preempts; raygate answers preemptable")
-            + "\nPodGroups as Volcano wrote them:\n\n" + groups.table()
-            + "\nVolcano's events:\n\n" + events(scenario.api, scenario.namespace,
-                                                  source="volcano")
-            + "\nWhat the admission API said:\n\n" + admission.table())
+        report.add("volcano-2-preemption", gang_report(
+            "Volcano: a priority-1000 GPU job preempts; raygate answers preemptable",
+            scenario, groups, admission))
     finally:
         groups.close()
         admission.close()
@@ -191,12 +171,8 @@ def test_volcano_infeasible_floor_waits_for_the_gang(
         assert {p.advice.action for p in status.pods} == {"keep"}
         assert not [p for p in scenario.live_pods() if p["spec"].get("nodeName")], (
             "no member bound")
-        report.add("volcano-3-infeasible", scenario.timeline(
-            "Volcano: a floor that cannot fit; the gang waits")
-            + "\nThe PodGroup as Volcano wrote it:\n\n" + groups.table()
-            + "\nVolcano's events:\n\n" + events(scenario.api, scenario.namespace,
-                                                  source="volcano")
-            + "\nWhat the admission API said:\n\n" + admission.table())
+        report.add("volcano-3-infeasible", gang_report(
+            "Volcano: a floor that cannot fit; the gang waits", scenario, groups, admission))
     finally:
         groups.close()
         admission.close()
@@ -252,10 +228,8 @@ def test_volcano_takes_no_floor_worker_when_the_first_tier_refuses(
         assert gone == [], f"Volcano evicted {gone}: the floor must stay"
         assert sorted(p["metadata"]["name"] for p in scenario.running("baseline")
                       + scenario.running("headgroup")) == floor
-        report.add("volcano-4-floor-veto", scenario.timeline(
-            "Volcano: the first tier refuses every victim; the floor stays")
-            + "\nVolcano's events:\n\n" + events(scenario.api, scenario.namespace,
-                                                  source="volcano"))
+        report.add("volcano-4-floor-veto", gang_report(
+            "Volcano: the first tier refuses every victim; the floor stays", scenario, groups))
     finally:
         groups.close()
 
