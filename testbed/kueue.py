@@ -23,7 +23,6 @@ Kueue's own manifests (``config/default``) do in a cluster, minus the Service an
 from __future__ import annotations
 
 import base64
-import datetime
 import ipaddress
 import urllib.request
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from testbed.api import ApiError
 from testbed.build import COMPONENTS
 from testbed.cluster import Testbed, TestbedError, binary
+from testbed.pki import certificate_builder, key_pem, new_key
 from testbed.processes import free_port, wait_for
 
 __all__ = ["NAMESPACE", "WebhookCerts", "configuration", "make_certs", "start_kueue"]
@@ -71,26 +71,14 @@ class WebhookCerts:
             ("tls.crt", self.tls_crt), ("tls.key", self.tls_key))}
 
 
-def _pem(key: rsa.RSAPrivateKey) -> bytes:
-    # PKCS#1 ("RSA PRIVATE KEY"): the only form the rotator parses.
-    return key.private_bytes(serialization.Encoding.PEM,
-                             serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
-
-
 def _signed(subject: str, issuer: x509.Name, key: rsa.RSAPrivateKey,
             signer: rsa.RSAPrivateKey, *, days: int, ca: bool,
             sans: list[x509.GeneralName]) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
     usage = x509.KeyUsage(digital_signature=True, key_encipherment=not ca, key_cert_sign=ca,
                           crl_sign=False, content_commitment=False, data_encipherment=False,
                           key_agreement=False, encipher_only=False, decipher_only=False)
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(issuer).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(hours=1))
-               .not_valid_after(now + datetime.timedelta(days=days))
+    builder = (certificate_builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]),
+                                   issuer, key, days=days)
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
                .add_extension(usage, critical=True)
                .add_extension(x509.SubjectAlternativeName(sans), critical=False))
@@ -103,15 +91,16 @@ def _signed(subject: str, issuer: x509.Name, key: rsa.RSAPrivateKey,
 def make_certs() -> WebhookCerts:
     """A CA and a serving certificate for the Service's name and 127.0.0.1 (the webhook
     configurations and CRDs call the manager there)."""
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_key = new_key()
     ca = _signed(CA_NAME, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)]),
                  ca_key, ca_key, days=3650, ca=True, sans=[x509.DNSName(CA_NAME)])
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key = new_key()
     serving = _signed(SERVING_NAME, ca.subject, key, ca_key, days=365, ca=False,
                       sans=[x509.DNSName(SERVING_NAME),
                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
     pem = serialization.Encoding.PEM
-    return WebhookCerts(ca.public_bytes(pem), _pem(ca_key), serving.public_bytes(pem), _pem(key))
+    return WebhookCerts(ca.public_bytes(pem), key_pem(ca_key), serving.public_bytes(pem),
+                        key_pem(key))
 
 
 def _crds(base_url: str, ca_bundle: str) -> list[dict[str, Any]]:

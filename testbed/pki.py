@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Pki", "make_pki"]
+__all__ = ["Pki", "certificate_builder", "key_pem", "make_pki", "new_key"]
 
 # Every name kube-apiserver answers to, in the testbed and as in-cluster clients call it.
 APISERVER_DNS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -40,14 +40,20 @@ class Pki:
     service_account_pub: Path  # public: kube-apiserver verifies them with it
 
 
-def _key() -> rsa.RSAPrivateKey:
+def new_key() -> rsa.RSAPrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
+def key_pem(key: rsa.RSAPrivateKey) -> bytes:
+    """PKCS#1 ("RSA PRIVATE KEY"), which every consumer here reads (Kueue's rotator only
+    that)."""
+    return key.private_bytes(serialization.Encoding.PEM,
+                             serialization.PrivateFormat.TraditionalOpenSSL,
+                             serialization.NoEncryption())
+
+
 def _write_key(path: Path, key: rsa.RSAPrivateKey) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.TraditionalOpenSSL,
-                                       serialization.NoEncryption()))
+    path.write_bytes(key_pem(key))
     path.chmod(0o600)
 
 
@@ -58,15 +64,16 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
     return x509.Name(parts)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name,
-             key: rsa.RSAPrivateKey) -> x509.CertificateBuilder:
+def certificate_builder(subject: x509.Name, issuer: x509.Name, key: rsa.RSAPrivateKey,
+                        days: int = 2) -> x509.CertificateBuilder:
+    """A certificate of ``key`` for ``subject``, valid from five minutes ago for ``days``."""
     now = datetime.datetime.now(datetime.UTC)
     return (x509.CertificateBuilder()
             .subject_name(subject).issuer_name(issuer)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2)))
+            .not_valid_after(now + datetime.timedelta(days=days)))
 
 
 def make_pki(directory: Path) -> Pki:
@@ -77,9 +84,9 @@ def make_pki(directory: Path) -> Pki:
         "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
         "service-account.key", "service-account.pub")))
 
-    ca_key = _key()
+    ca_key = new_key()
     ca_name = _name("raygate-testbed-ca")
-    ca = (_builder(ca_name, ca_name, ca_key)
+    ca = (certificate_builder(ca_name, ca_name, ca_key)
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                        content_commitment=False, key_encipherment=False,
@@ -91,8 +98,8 @@ def make_pki(directory: Path) -> Pki:
 
     def leaf(cert_path: Path, key_path: Path, subject: x509.Name,
              usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None = None) -> None:
-        key = _key()
-        builder = (_builder(subject, ca_name, key)
+        key = new_key()
+        builder = (certificate_builder(subject, ca_name, key)
                    .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                    .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
         if sans:
@@ -108,7 +115,7 @@ def make_pki(directory: Path) -> Pki:
     leaf(pki.admin_cert, pki.admin_key, _name("testbed-admin", "system:masters"),
          ExtendedKeyUsageOID.CLIENT_AUTH)
 
-    sa_key = _key()
+    sa_key = new_key()
     _write_key(pki.service_account_key, sa_key)
     pki.service_account_pub.write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
