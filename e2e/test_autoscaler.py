@@ -7,26 +7,35 @@ Demand: one bundle of 8 CPU (``request_resources``) for the ``overflow`` group w
 only node has 4: the pod KubeRay creates stays Pending with ``Insufficient cpu``. Ray's
 timeout for an instance stuck in ALLOCATED (3600 s by default in 2.60) is shortened to
 30 s with Ray's own setting, ``RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S``.
+
+Each scenario lasts minutes (the timeout has to pass, several times): ``slow``.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e import report
+from e2e.admission import AdmissionRecorder
 from e2e.objects import Group, node, raycluster
-from e2e.scenario import Scenario, wait_until
+from e2e.scenario import PodHistory, Scenario, wait_until
 from testbed.cluster import Testbed
-from testbed.ray_head import start_autoscaler, start_head
+from testbed.ray_head import cluster_nodes, start_autoscaler, start_head, start_worker
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TIMEOUT = 30  # seconds a pod may sit ALLOCATED before Ray replaces it
+LOOP = 5  # Ray's AUTOSCALER_UPDATE_INTERVAL_S: raygate's last "keep" is up to one loop old
 WINDOW = 150.0  # seconds watched after the first pod
 
 
@@ -46,8 +55,28 @@ def request_cpu(gcs: str, cpu: int) -> None:
         check=True, capture_output=True, timeout=120)
 
 
-def loop(scenario: Scenario, testbed: Testbed, *, raygate: bool) -> list[str]:
-    """Bring it up, state the demand, watch WINDOW seconds; the overflow pods seen."""
+@dataclass
+class RayCluster:
+    """The running Ray side of one scenario."""
+    gcs: str
+    logs: Path
+    """The head's session log folder; the autoscaler writes ``monitor.log`` there."""
+    testbed: Testbed
+    names: list[str]
+
+    def add_worker(self, pod: str, group: str, cpu: int) -> None:
+        self.names.append(start_worker(self.testbed, pod, group, self.gcs, cpu=cpu).name)
+
+    def decisions(self, scenario: Scenario) -> str:
+        """The autoscaler's own log lines about the overflow workers: each instance
+        transition, scale request and pod deletion, and raygate's rulings."""
+        return autoscaler_decisions(self.logs / "monitor.log", scenario)
+
+
+@contextmanager
+def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool) -> Iterator[RayCluster]:
+    """One 4-CPU node, the autoscaled RayCluster, its head and autoscaler; stops them
+    (by process group) after the block."""
     scenario.setup([node(f"{scenario.name}-cpu-a", scenario.name, cpu=4)])
     scenario.create(autoscaled_raycluster(scenario))
     head = wait_until("the head running", lambda: next(
@@ -58,42 +87,146 @@ def loop(scenario: Scenario, testbed: Testbed, *, raygate: bool) -> list[str]:
                         scenario.namespace, "--clusterrole=raygate-status-reader",
                         f"--serviceaccount={scenario.namespace}:work")
     gcs = start_head(testbed, head)
+    ray = RayCluster(gcs, (testbed.workdir / "ray" / "session_latest").resolve() / "logs",
+                     testbed, [f"ray-head-{head}"])
     scenario.step("Ray head up (local, as the head pod)")
-    names = [f"ray-head-{head}"]
-    names.append(start_autoscaler(testbed, "work", scenario.namespace, head, gcs,
-                                  raygate=raygate, allocate_timeout=TIMEOUT).name)
     try:
+        ray.names.append(start_autoscaler(testbed, "work", scenario.namespace, head, gcs,
+                                          raygate=raygate, allocate_timeout=TIMEOUT).name)
         request_cpu(gcs, 8)
         scenario.step("requested 8 CPU")
         wait_until("an overflow pod", lambda: scenario.group_pods("overflow"), timeout=120)
-        first = time.monotonic()
         scenario.step("first overflow pod created")
-        while time.monotonic() - first < WINDOW:
-            time.sleep(1)
-        scenario.step(f"watched {WINDOW:.0f} s")
-        return [h.name for h in scenario.history() if h.group == "overflow"]
+        yield ray
     finally:
-        for name in reversed(names):
+        for name in reversed(ray.names):
             testbed.processes.pop(name).stop()
+
+
+def watch(scenario: Scenario, seconds: float) -> None:
+    time.sleep(seconds)
+    scenario.step(f"watched {seconds:.0f} s")
+
+
+def overflow(scenario: Scenario) -> list[PodHistory]:
+    return [h for h in scenario.history() if h.group == "overflow"]
 
 
 def test_stock_autoscaler_deletes_and_recreates_the_pending_pod(
         scenario: Scenario, testbed: Testbed) -> None:
-    pods = loop(scenario, testbed, raygate=False)
-    deleted = [h for h in scenario.history() if h.group == "overflow" and h.deleting]
+    with ray_cluster(scenario, testbed, raygate=False) as ray:
+        watch(scenario, WINDOW)
+        decisions = ray.decisions(scenario)
+    pods = overflow(scenario)
+    deleted = [h for h in pods if h.deleting]
     assert len(pods) >= 3 and len(deleted) >= 2, (
         f"the loop: {len(pods)} pods created, {len(deleted)} deleted in {WINDOW:.0f} s")
-    assert all(h.bound is None for h in scenario.history() if h.group == "overflow")
+    assert all(h.bound is None for h in pods)
     report.add("autoscaler-1-stock", scenario.timeline(
         f"Ray 2.60's stock autoscaler: the pending pod is deleted and recreated "
-        f"(ALLOCATED timeout {TIMEOUT} s)"))
+        f"(ALLOCATED timeout {TIMEOUT} s)") + per_minute(scenario) + decisions)
 
 
 def test_raygate_autoscaler_keeps_the_pod_that_waits_for_capacity(
-        scenario: Scenario, testbed: Testbed) -> None:
-    pods = loop(scenario, testbed, raygate=True)
-    deleted = [h.name for h in scenario.history() if h.group == "overflow" and h.deleting]
-    assert (len(pods), deleted) == (1, []), "one pod, kept while it waits for capacity"
+        scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
+    admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
+                                  scenario.started)
+    try:
+        with ray_cluster(scenario, testbed, raygate=True) as ray:
+            watch(scenario, WINDOW)
+            decisions = ray.decisions(scenario)
+    finally:
+        admission.close()
+    pods = overflow(scenario)
+    assert ([h.name for h in pods], [h.name for h in pods if h.deleting]) == (
+        [pods[0].name], []), "one pod, kept while it waits for capacity"
+    said = admission.states(pods[0].name)
+    assert "WaitingForCapacity" in said and set(said) <= {"Starting", "WaitingForCapacity"}
     report.add("autoscaler-2-raygate", scenario.timeline(
         f"raygate-autoscaler on the same cluster: the pod waits for capacity and is kept "
-        f"(ALLOCATED timeout {TIMEOUT} s)"))
+        f"(ALLOCATED timeout {TIMEOUT} s)") + per_minute(scenario) + decisions
+        + "\nraygate's admission API about the RayCluster's pods:\n\n" + admission.table())
+
+
+def test_raygate_autoscaler_when_capacity_arrives(
+        scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
+    """Kept while it waits; once a node with room arrives the pod is bound. The first pod
+    bound never runs Ray (a stuck pod: nothing starts its raylet) and is replaced when
+    Ray's timeout has passed since raygate last said to keep it; the replacement's raylet
+    is started (as its container would) and joins, and that worker stays."""
+    admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
+                                  scenario.started)
+    try:
+        with ray_cluster(scenario, testbed, raygate=True) as ray:
+            watch(scenario, TIMEOUT + 20)
+            first = overflow(scenario)[0]
+            assert first.deleting is None, "kept past the timeout while it waits"
+            scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))
+            scenario.step("added an 8-CPU node")
+            wait_until(f"{first.name} running (kwok)", lambda: first.running, timeout=60)
+            scenario.step(f"{first.name} bound and running; no raylet starts for it")
+            wait_until(f"{first.name} replaced", lambda: first.deleting, timeout=TIMEOUT + 90)
+            scenario.step(f"{first.name} deleted by the autoscaler")
+            second = wait_until("its replacement running", lambda: next(
+                (h for h in overflow(scenario) if h.name != first.name and h.running),
+                None), timeout=120)
+            ray.add_worker(second.name, "overflow", cpu=8)
+            scenario.step(f"raylet of {second.name} joined")
+            wait_until("the autoscaler seeing the worker running", lambda: any(
+                n["instance_id"] == second.name and n["status"] in ("RUNNING", "IDLE")
+                for n in cluster_nodes(ray.gcs)), timeout=60)
+            watch(scenario, TIMEOUT + 20)
+            joined = cluster_nodes(ray.gcs)
+            decisions = ray.decisions(scenario)
+    finally:
+        admission.close()
+    pods = overflow(scenario)
+    assert [h.name for h in pods] == [first.name, second.name]
+    assert second.deleting is None, "the worker that runs Ray is kept"
+    assert first.running is not None and first.deleting is not None
+    assert first.deleting - first.running >= TIMEOUT - LOOP, (
+        "a stuck pod gets the whole timeout, counted from raygate's last keep")
+    assert "WaitingForCapacity" in admission.states(first.name)
+    assert any(n["instance_id"] == second.name and n["type"] == "overflow" for n in joined)
+    report.add("autoscaler-3-capacity", scenario.timeline(
+        "raygate-autoscaler when capacity arrives: the waiting pod is bound; one that never "
+        f"runs Ray is replaced after the timeout ({TIMEOUT} s); a worker that joins stays")
+        + per_minute(scenario) + decisions
+        + "\nraygate's admission API about the RayCluster's pods:\n\n" + admission.table()
+        + f"\nRay nodes at the end (`get_cluster_status`): `{joined}`\n")
+
+
+def per_minute(scenario: Scenario) -> str:
+    """Overflow pods created and deleted in each minute of the scenario."""
+    pods = overflow(scenario)
+    end = max([scenario.now(), *(h.created for h in pods)])
+    rows = ["", "| minute | overflow pods created | deleted |", "|---:|---:|---:|"]
+    for minute in range(int(end // 60) + 1):
+        created = sum(int(h.created // 60) == minute for h in pods)
+        deleted = sum(h.deleting is not None and int(h.deleting // 60) == minute for h in pods)
+        rows.append(f"| {minute} | {created} | {deleted} |")
+    return "\n".join(rows) + "\n"
+
+
+# What the autoscaler decided, as its log says: every worker instance transition, the
+# scale requests to KubeRay, pod deletions, and raygate's rulings.
+DECISION = re.compile(
+    r"(New instance|Update instance) \S+ \(id=\S+, type=overflow|Submitting a scale request"
+    r"|Terminating worker pods|raygate: ")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\s+\w+\s+\S+\s+--\s+(.*)$")
+
+
+def autoscaler_decisions(log: Path, scenario: Scenario) -> str:
+    if not log.exists():
+        return "\n(no monitor.log)\n"
+    lines = ["", "The autoscaler's decisions (its `monitor.log`, as written):", "", "```"]
+    kept = 0
+    for line in log.read_text(errors="replace").splitlines():
+        match = STAMP.match(line)
+        text = match.group(2) if match else line
+        if DECISION.search(text):
+            kept += 1
+            lines.append((f"{match.group(1)[11:]} " if match else "") + text[:300])
+    if not kept:
+        lines.append("(none)")
+    return "\n".join([*lines, "```", ""])

@@ -17,6 +17,7 @@ which kills every Ray process of the machine).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from testbed.cluster import REPO, Testbed
 from testbed.processes import Process, free_port, wait_for
 
-__all__ = ["start_autoscaler", "start_head"]
+__all__ = ["cluster_nodes", "start_autoscaler", "start_head", "start_worker"]
 
 
 def _ray_env(pod: str, group: str) -> dict[str, str]:
@@ -49,6 +50,36 @@ def start_head(testbed: Testbed, head_pod: str) -> str:
         [ray, "health-check", "--address", address, "--skip-version-check"],
         capture_output=True, check=False, timeout=20).returncode == 0, 60, process)
     return address
+
+
+def start_worker(testbed: Testbed, pod: str, group: str, gcs: str, *, cpu: int) -> Process:
+    """The raylet the worker container of ``pod`` would start (kwok runs no container):
+    ``ray start --address`` with the environment KubeRay gives a worker, so the
+    autoscaler matches the new Ray node to its pod and instance. Every port is free-picked:
+    the head on this machine holds the defaults."""
+    process = testbed.run(f"ray-worker-{pod}", [
+        Path(sys.executable).parent / "ray", "start", f"--address={gcs}", "--block",
+        f"--num-cpus={cpu}", "--object-store-memory=100000000", "--disable-usage-stats",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+    ], env=_ray_env(pod, group))
+    wait_for(f"the raylet of {pod}", lambda: any(
+        n["instance_id"] == pod for n in cluster_nodes(gcs)), 60, process)
+    return process
+
+
+def cluster_nodes(gcs: str) -> list[dict[str, str]]:
+    """The Ray nodes the autoscaler's own view (``get_cluster_status``) lists as active or
+    idle: instance id (the pod), node type, status."""
+    script = (
+        "import json, sys; from ray.autoscaler.v2.sdk import get_cluster_status; "
+        f"s = get_cluster_status({gcs!r}); "
+        "json.dump([{'instance_id': n.instance_id, 'type': n.ray_node_type_name, "
+        "'status': n.node_status} for n in s.active_nodes + s.idle_nodes], sys.stdout)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True,
+                         timeout=60, text=True).stdout
+    return list(json.loads(out))
 
 
 def start_autoscaler(testbed: Testbed, cluster: str, namespace: str, head_pod: str,

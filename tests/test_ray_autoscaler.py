@@ -129,9 +129,10 @@ def first(side: Side, what: Callable[[dict[str, str]], bool]) -> float | None:
 
 
 def test_a_worker_waiting_for_capacity_is_kept_however_long_it_waits(
-        bench: Bench, server: ServerThread) -> None:
+        bench: Bench, server: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
     """kuberay#5002: stock Ray deletes the pending worker after an hour, launches it
     again, and deletes the new one an hour later; with raygate it stays, untouched."""
+    caplog.set_level(logging.INFO, logger="raygate.autoscaler")
     clock = server.clock
     cluster = raycluster(("overflow", 1, 0))
     pods = [head(clock.now), waiting_for_cpu("demo-overflow-a", "overflow", clock.now)]
@@ -159,6 +160,10 @@ def test_a_worker_waiting_for_capacity_is_kept_however_long_it_waits(
     assert all(w == {"demo-overflow-a": "ALLOCATED"} for _, w in raygate.history)
     assert raygate.kube.patches == []
     assert raygate.kube.created == raygate.kube.deleted == []
+    # Said once at info (the operator sees why), not once per loop.
+    kept = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO
+            and r.getMessage().startswith("raygate: keeping pending worker demo-overflow-a")]
+    assert len(kept) == 1 and "WaitingForCapacity" in kept[0]
 
 
 def test_a_stuck_worker_is_replaced_without_waiting_for_the_timeout(

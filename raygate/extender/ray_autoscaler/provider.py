@@ -93,12 +93,15 @@ class AdmissionAwareKubeRayProvider(KubeRayProvider):  # type: ignore[misc]  # R
         # from there, so a raygate restart does not get every long wait deleted at once.
         self._kept_at: dict[str, float] = {}
         self._hold_errors: list[Any] = []
+        self._said: dict[str, str] = {}
+        """The last ruling logged at info per pending pod: one line per change, not per loop."""
 
     def get_non_terminated(self) -> dict[str, Any]:
         instances: dict[str, Any] = super().get_non_terminated()
         self.advice = self.advisor.current()
         now = self._clock()
         self._kept_at = {pod: at for pod, at in self._kept_at.items() if pod in instances}
+        self._said = {pod: said for pod, said in self._said.items() if pod in instances}
         if self.advice is not None:
             for pod, advice in self.advice.pods.items():
                 if advice.action == KEEP and pod in instances:
@@ -129,6 +132,14 @@ class AdmissionAwareKubeRayProvider(KubeRayProvider):  # type: ignore[misc]  # R
         errors += self._hold_errors
         self._hold_errors = []
         return errors
+
+    def log_keep(self, pod: str, ruling: Ruling) -> None:
+        """Log the ruling on ``pod`` at info when it differs from the last one logged."""
+        if self._said.get(pod) != ruling.reason:
+            self._said[pod] = ruling.reason
+            log.info("raygate: keeping pending worker %s: %s", pod, ruling.reason)
+        else:
+            log.debug("raygate: keeping pending worker %s: %s", pod, ruling.reason)
 
     def verdict(self, pod: str, timeout_s: float) -> Ruling:
         """What to do with the ALLOCATED (pending) worker ``pod`` in this loop."""
@@ -208,8 +219,7 @@ def _wrap_handle_stuck_instance(original: Callable[..., Any]) -> Callable[..., A
             return original(instance, timeout_s, new_status, **update_kwargs)
         verdict = provider.verdict(instance.cloud_instance_id, timeout_s)
         if verdict.action == KEEP:
-            log.debug("raygate: keeping pending worker %s: %s", instance.cloud_instance_id,
-                      verdict.reason)
+            provider.log_keep(instance.cloud_instance_id, verdict)
             return None
         if verdict.action == REPLACE:
             log.info("raygate: replacing pending worker %s now: %s",
