@@ -418,11 +418,15 @@ def not_parsed(message: str) -> Finding:
                    "fix the syntax (the documents before and after it are checked)")
 
 
+def _shortened(text: str, length: int = 60) -> str:
+    return text if len(text) <= length else f"{text[:length - 1]}…"
+
+
 def not_an_object(value: object) -> Finding:
     what = {str: "string", list: "list", int: "number", float: "number", bool: "boolean"}.get(
         type(value), type(value).__name__)
     return Finding("RG102", Severity.ERROR, "", "",
-                   f"a {what}, not a Kubernetes object: {value!r:.60}",
+                   f"a {what}, not a Kubernetes object: {_shortened(repr(value))}",
                    "give each document an apiVersion, a kind, metadata and a spec")
 
 

@@ -123,22 +123,24 @@ def _yaml_error(exc: yaml.YAMLError, first_line: int) -> str:
 
 def _yaml_documents(text: str, file: str) -> Iterator[Document]:
     starts = [0, *(m.start() for m in _DOCUMENT_START.finditer(text) if m.start() > 0)]
+    line = 1
     for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
         chunk = text[start:end]
-        line = text.count("\n", 0, start) + 1
+        error: str | None = None
         try:
             values = list(yaml.load_all(chunk, Loader=ManifestLoader))
         except yaml.YAMLError as exc:
-            yield Document(file, line, error=_yaml_error(exc, line))
-            continue
+            values, error = [], _yaml_error(exc, line)
         except RecursionError:
-            yield Document(file, line, error="nested too deeply")
-            continue
+            values, error = [], "nested too deeply"
+        if error is not None:
+            yield Document(file, line, error=error)
         for value in values:
             if _expanded_beyond(value, len(chunk) + 100):
                 yield Document(file, line, error="YAML aliases expand it far beyond its size")
             else:
                 yield from _flattened(value, file, line)
+        line += chunk.count("\n")
 
 
 def documents(path: str, limit: int, stdin: BinaryIO) -> list[Document]:
