@@ -111,7 +111,8 @@ def _serve_parser(commands: Subcommands) -> None:
 def _check_parser(commands: Subcommands) -> None:
     """``raygate check``: files, or a live cluster."""
     check = commands.add_parser(
-        "check", help="find RayCluster configurations that silently break gang preemption")
+        "check", help="check RayClusters (and RayJobs, RayServices) against KubeRay's CRD and "
+                      "for configurations that silently break gang preemption")
     check.add_argument("files", nargs="*", metavar="FILE",
                        help="manifests with RayClusters, RayJobs, RayServices (YAML or JSON, "
                             "Lists and multi-document; - reads stdin)")

@@ -1,4 +1,5 @@
-"""``raygate check``: RayCluster configurations that silently break gang preemption.
+"""``raygate check``: RayCluster configurations that silently break gang preemption
+(RG0xx), and what is wrong with a manifest itself (RG1xx).
 
 Each rule is a small pure function from a RayCluster (and, when live, what raygate sees of
 the cluster) to findings with a stable ID, a severity, the field path and a one-line fix.
@@ -166,7 +167,8 @@ def rg001_floor_from_replicas(
                 f"{_label(g)} has minReplicas {low}, replicas {replicas}, maxReplicas {high} "
                 "but in-tree autoscaling is off: KubeRay sizes the gang floor from replicas, "
                 "so no worker is surplus and none can be preempted",
-                "set spec.enableInTreeAutoscaling: true, or minReplicas = replicas = maxReplicas"))
+                f"set {cluster.spec_path}.enableInTreeAutoscaling: true, or minReplicas = "
+                "replicas = maxReplicas"))
     return out
 
 

@@ -17,6 +17,7 @@ import msgspec
 
 from raygate.extender.check.inputs import (
     DEFAULT_MAX_BYTES,
+    Document,
     InputError,
     display_name,
     documents,
@@ -34,6 +35,7 @@ from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.lint import (
     ClusterFacts,
+    Finding,
     LintCluster,
     lint,
     no_ray_objects,
@@ -54,6 +56,30 @@ def _ref(obj: dict[str, Any]) -> str:
                       str(meta.get("name") or ""))
 
 
+def _document_findings(doc: Document, config: PolicyConfig, report: Report,
+                       others: Counter[str]) -> list[Finding]:
+    """What is wrong with one document; a Ray object is counted in ``report`` (its
+    RayCluster kept), someone else's in ``others``."""
+    if doc.error is not None:
+        return [not_parsed(doc.error)]
+    if not isinstance(doc.value, dict):
+        return [not_an_object(doc.value)]
+    ref = _ref(doc.value)
+    kind, problems = recognise(doc.value.get("kind"), doc.value.get("apiVersion"), ref)
+    if kind is None:
+        if not problems:
+            others[f"{doc.value.get('apiVersion')}/{doc.value.get('kind')}"] += 1
+        return problems
+    report.checked[kind] += 1
+    try:
+        found, cluster = check_object(doc.value, kind, ref, config)
+    except RecursionError:
+        return [*problems, not_parsed("nested too deeply")]
+    if cluster is not None:
+        report.clusters.append(cluster)
+    return [*problems, *found]
+
+
 def _check_file(path: str, config: PolicyConfig, max_bytes: int, stdin: BinaryIO,
                 report: Report) -> None:
     docs = documents(path, max_bytes, stdin)
@@ -62,29 +88,8 @@ def _check_file(path: str, config: PolicyConfig, max_bytes: int, stdin: BinaryIO
     findings: list[Located] = []
     others: Counter[str] = Counter()
     for doc in docs:
-        def at(found: Sequence[Any], doc: Any = doc) -> list[Located]:
-            return [Located(f, doc.file, doc.line) for f in found]
-        if doc.error is not None:
-            findings += at([not_parsed(doc.error)])
-            continue
-        if not isinstance(doc.value, dict):
-            findings += at([not_an_object(doc.value)])
-            continue
-        ref = _ref(doc.value)
-        kind, problems = recognise(doc.value.get("kind"), doc.value.get("apiVersion"), ref)
-        findings += at(problems)
-        if kind is None:
-            if not problems:
-                others[f"{doc.value.get('apiVersion')}/{doc.value.get('kind')}"] += 1
-            continue
-        report.checked[kind] += 1
-        try:
-            found, cluster = check_object(doc.value, kind, ref, config)
-        except RecursionError:
-            found, cluster = [not_parsed("nested too deeply")], None
-        if cluster is not None:
-            report.clusters.append(cluster)
-        findings += at(found)
+        findings += [Located(f, doc.file, doc.line)
+                     for f in _document_findings(doc, config, report, others)]
     if not findings and report.checked == checked_before:
         # Nothing Ray, and nothing that looks like a mistake for it either (RG103 says those).
         findings.append(Located(no_ray_objects(others), display_name(path)))

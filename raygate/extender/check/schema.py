@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "Violation", "source", "violations"]
 
-Path = tuple[str | int, ...]
+FieldPath = tuple[str | int, ...]
 KINDS = ("RayCluster", "RayJob", "RayService")
 _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    path: Path
+    path: FieldPath
     message: str
 
 
@@ -130,7 +130,7 @@ def _validator(kind: str) -> Validator:
     return kubernetes(_schemas()[kind])  # type: ignore[no-any-return]
 
 
-def _order(path: Path) -> tuple[tuple[int, int | str], ...]:
+def _order(path: FieldPath) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, p) if isinstance(p, int) else (1, p) for p in path)
 
 
