@@ -13,7 +13,7 @@ import msgspec
 
 from raygate.extender.api.explain import ExplainService, fetch, render_table
 from raygate.extender.app import StartupError, serve
-from raygate.extender.check import live_inputs, run_check
+from raygate.extender.check import DEFAULT_MAX_BYTES, live_inputs, parse_size, run_check
 from raygate.extender.config.file import load_config_file
 from raygate.extender.config.load import load_settings
 from raygate.extender.config.render import render_config
@@ -111,9 +111,11 @@ def _serve_parser(commands: Subcommands) -> None:
 def _check_parser(commands: Subcommands) -> None:
     """``raygate check``: files, or a live cluster."""
     check = commands.add_parser(
-        "check", help="find RayCluster configurations that silently break gang preemption")
+        "check", help="check RayClusters (and RayJobs, RayServices) against KubeRay's CRD and "
+                      "for configurations that silently break gang preemption")
     check.add_argument("files", nargs="*", metavar="FILE",
-                       help="RayCluster manifests (YAML or JSON, Lists and multi-document)")
+                       help="manifests with RayClusters, RayJobs, RayServices (YAML or JSON, "
+                            "Lists and multi-document; - reads stdin)")
     check.add_argument("--kubeconfig", metavar="FILE",
                        help="lint the RayClusters of a live cluster instead of files")
     check.add_argument("--context", metavar="NAME", help="the kubeconfig context (live)")
@@ -121,6 +123,16 @@ def _check_parser(commands: Subcommands) -> None:
     check.add_argument("--output", choices=["text", "json"], default="text")
     check.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     check.add_argument("--config", metavar="FILE", help="YAML config file with a `policy:` section")
+    check.add_argument("--max-size", type=_byte_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                       help="refuse a file larger than this, unread (a quantity: 8Mi, 500k; "
+                            "default 8Mi)")
+
+
+def _byte_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _explain_parser(commands: Subcommands) -> None:
@@ -177,7 +189,8 @@ def _check(args: argparse.Namespace) -> int:
         if live_mode:
             live = live_inputs(load_connection(args.kubeconfig, args.context),
                                args.namespace, policy)
-        return run_check(args.files, args.output, args.strict, policy, live=live)
+        return run_check(args.files, args.output, args.strict, policy, live=live,
+                         max_bytes=args.max_size)
     except (ConfigError, SnapshotError, NoClusterConfig, ClusterConfigError) as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""``raygate check``: RayCluster configurations that silently break gang preemption.
+"""``raygate check``: RayCluster configurations that silently break gang preemption
+(RG0xx), and what is wrong with a manifest itself (RG1xx).
 
 Each rule is a small pure function from a RayCluster (and, when live, what raygate sees of
 the cluster) to findings with a stable ID, a severity, the field path and a one-line fix.
@@ -7,7 +8,8 @@ The background: how KubeRay sizes Volcano's PodGroup (``minMember``, ``minResour
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import difflib
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -15,13 +17,23 @@ from raygate.plugin.config import PolicyConfig
 from raygate.plugin.quantity import parse_milli
 
 __all__ = [
+    "RAY_KINDS",
     "RULES",
     "ClusterFacts",
     "Finding",
     "GroupSpec",
     "LintCluster",
     "Severity",
+    "closest",
+    "did_you_mean",
+    "field_path",
     "lint",
+    "no_ray_objects",
+    "not_an_object",
+    "not_parsed",
+    "object_ref",
+    "recognise",
+    "schema_violation",
 ]
 
 # KubeRay's autoscaler sidecar when autoscalerOptions.resources is unset (requests = limits).
@@ -31,6 +43,18 @@ VOLCANO_QUEUE_LABEL = "volcano.sh/queue-name"
 # Findings an operator has looked at and accepts, e.g. "RG003" or "RG003,RG010".
 IGNORE_ANNOTATION = "raygate.io/check-ignore"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+# Where each kind KubeRay serves keeps the RayCluster spec it runs (its Go types' JSON
+# names: RayJobSpec.RayClusterSpec is `rayClusterSpec`, RayServiceSpec's `rayClusterConfig`).
+RAY_KINDS: Mapping[str, tuple[str, ...]] = {
+    "RayCluster": ("spec",),
+    "RayJob": ("spec", "rayClusterSpec"),
+    "RayService": ("spec", "rayClusterConfig"),
+}
+RAY_API_VERSION = "ray.io/v1"
+# Served by KubeRay too, but embedding no RayCluster spec raygate checks.
+OTHER_RAY_KINDS = ("RayCronJob",)
 
 
 class Severity(Enum):
@@ -73,11 +97,15 @@ class LintCluster:
     head_scheduler_name: str = ""
     autoscaler_requests: Mapping[str, int] | None = None
     """``autoscalerOptions.resources.requests``, None when unset (KubeRay's default)."""
+    kind: str = "RayCluster"
+    """The object written: a RayCluster, or a RayJob or RayService embedding its spec
+    (KubeRay copies their labels and annotations to the RayCluster it creates)."""
+    spec_path: str = "spec"
+    """Where the RayCluster's spec is in that object (``RAY_KINDS``)."""
 
     @property
     def ref(self) -> str:
-        return f"RayCluster {self.namespace}/{self.name}" if self.namespace else \
-            f"RayCluster {self.name}"
+        return object_ref(self.kind, self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +130,8 @@ class Finding:
 LintRule = Callable[[LintCluster, ClusterFacts | None, PolicyConfig], list[Finding]]
 
 
-def _group_path(group: GroupSpec, leaf: str = "") -> str:
-    path = f"spec.workerGroupSpecs[{group.index}]"
+def _group_path(cluster: LintCluster, group: GroupSpec, leaf: str = "") -> str:
+    path = f"{cluster.spec_path}.workerGroupSpecs[{group.index}]"
     return f"{path}.{leaf}" if leaf else path
 
 
@@ -134,11 +162,13 @@ def rg001_floor_from_replicas(
         replicas, low, high = g.replicas, g.min_replicas or 0, g.max_replicas
         if (replicas is not None and low < replicas) or (high is not None and high > low):
             out.append(Finding(
-                "RG001", Severity.ERROR, cluster.ref, "spec.enableInTreeAutoscaling",
+                "RG001", Severity.ERROR, cluster.ref,
+                f"{cluster.spec_path}.enableInTreeAutoscaling",
                 f"{_label(g)} has minReplicas {low}, replicas {replicas}, maxReplicas {high} "
                 "but in-tree autoscaling is off: KubeRay sizes the gang floor from replicas, "
                 "so no worker is surplus and none can be preempted",
-                "set spec.enableInTreeAutoscaling: true, or minReplicas = replicas = maxReplicas"))
+                f"set {cluster.spec_path}.enableInTreeAutoscaling: true, or minReplicas = "
+                "replicas = maxReplicas"))
     return out
 
 
@@ -153,7 +183,7 @@ def rg002_multi_host_overflow(
                                               or g.max_replicas > (g.min_replicas or 0))
         if autoscaled and (g.num_of_hosts or 1) > 1:
             out.append(Finding(
-                "RG002", Severity.WARNING, cluster.ref, _group_path(g, "numOfHosts"),
+                "RG002", Severity.WARNING, cluster.ref, _group_path(cluster, g, "numOfHosts"),
                 f"{_label(g)} is autoscaled with numOfHosts {g.num_of_hosts}: preempting one "
                 "host deletes the whole multi-host replica",
                 "keep overflow groups single-host, or protect them with a higher priority"))
@@ -172,7 +202,8 @@ def rg003_autoscaler_not_in_min_resources(
     if cpu == 0 and memory == 0:
         return []
     return [Finding(
-        "RG003", Severity.WARNING, cluster.ref, "spec.autoscalerOptions.resources",
+        "RG003", Severity.WARNING, cluster.ref,
+        f"{cluster.spec_path}.autoscalerOptions.resources",
         f"KubeRay's Volcano PodGroup minResources omits the autoscaler sidecar "
         f"({cpu}m CPU, {memory // 1000 // 2**20}Mi memory): in a queue whose capability "
         "is close to minResources the gang is admitted but the head does not fit",
@@ -183,7 +214,7 @@ def rg004_min_above_max(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
     return [
-        Finding("RG004", Severity.ERROR, cluster.ref, _group_path(g, "minReplicas"),
+        Finding("RG004", Severity.ERROR, cluster.ref, _group_path(cluster, g, "minReplicas"),
                 f"{_label(g)} has minReplicas {g.min_replicas} > maxReplicas {g.max_replicas}",
                 "make minReplicas <= maxReplicas")
         for g in cluster.groups
@@ -197,11 +228,11 @@ def rg005_replicas_out_of_range(
     out = []
     for g in cluster.groups:
         low, high = g.min_replicas or 0, g.max_replicas
-        if g.replicas is None or (high is not None and low > high):
-            continue  # RG004 already says it
+        if g.replicas is None or g.replicas < 0 or (high is not None and low > high):
+            continue  # RG011 or RG004 already says it
         if g.replicas < low or (high is not None and g.replicas > high):
             out.append(Finding(
-                "RG005", Severity.ERROR, cluster.ref, _group_path(g, "replicas"),
+                "RG005", Severity.ERROR, cluster.ref, _group_path(cluster, g, "replicas"),
                 f"{_label(g)} has replicas {g.replicas} outside [{low}, {high}]; KubeRay "
                 "clamps it, so the manifest does not say what runs",
                 "set replicas within [minReplicas, maxReplicas]"))
@@ -212,7 +243,7 @@ def rg006_missing_group_name(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
     return [
-        Finding("RG006", Severity.ERROR, cluster.ref, _group_path(g, "groupName"),
+        Finding("RG006", Severity.ERROR, cluster.ref, _group_path(cluster, g, "groupName"),
                 f"worker group #{g.index} has no groupName (it becomes the ray.io/group label)",
                 "give every worker group a unique groupName")
         for g in cluster.groups if not g.name
@@ -232,7 +263,7 @@ def rg007_duplicate_group_name(
             why = ("is reserved for the head" if g.name == "headgroup"
                    else f"is also used by workerGroupSpecs[{first}]")
             out.append(Finding(
-                "RG007", Severity.ERROR, cluster.ref, _group_path(g, "groupName"),
+                "RG007", Severity.ERROR, cluster.ref, _group_path(cluster, g, "groupName"),
                 f"groupName {g.name!r} {why}: pods of both groups share one ray.io/group "
                 "label and one floor", "rename the group"))
         seen.setdefault(g.name, g.index)
@@ -252,7 +283,8 @@ def rg008_floor_tolerates_gpu(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
     return [
-        Finding("RG008", Severity.WARNING, cluster.ref, _group_path(g, "template.spec.tolerations"),
+        Finding("RG008", Severity.WARNING, cluster.ref,
+                _group_path(cluster, g, "template.spec.tolerations"),
                 f"CPU-only {_label(g)} holds {_floor(cluster, g)} floor pods and tolerates GPU "
                 "taints: without raygate's filter its floor workers can take GPU nodes",
                 "drop the GPU toleration from CPU-only floor groups")
@@ -267,7 +299,7 @@ def rg009_gpu_floor_above_gpu_nodes(
     if facts is None:
         return []
     return [
-        Finding("RG009", Severity.WARNING, cluster.ref, _group_path(g, "minReplicas"),
+        Finding("RG009", Severity.WARNING, cluster.ref, _group_path(cluster, g, "minReplicas"),
                 f"GPU {_label(g)} needs {_floor(cluster, g)} floor pods but raygate sees "
                 f"{facts.gpu_nodes} GPU nodes: the gang can never be admitted whole",
                 "lower minReplicas, or add GPU nodes")
@@ -308,6 +340,25 @@ def rg010_missing_queue(
     return out
 
 
+def rg011_negative_count(
+    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
+) -> list[Finding]:
+    """A negative count: KubeRay's CRD has no ``minimum`` for them, so the API server takes
+    the manifest, and then the operator refuses to reconcile it (``ValidateRayClusterSpec``:
+    "has negative minReplicas") or, for ``replicas``, silently uses ``minReplicas``."""
+    out = []
+    for g in cluster.groups:
+        for leaf, value in (("replicas", g.replicas), ("minReplicas", g.min_replicas),
+                            ("maxReplicas", g.max_replicas), ("numOfHosts", g.num_of_hosts)):
+            if value is not None and value < 0:
+                out.append(Finding(
+                    "RG011", Severity.ERROR, cluster.ref, _group_path(cluster, g, leaf),
+                    f"{_label(g)} has {leaf} {value}: the API server accepts it (the CRD "
+                    "sets no minimum) but KubeRay does not run it as written",
+                    f"set {leaf} to 0 or more"))
+    return out
+
+
 RULES: Sequence[LintRule] = (
     rg001_floor_from_replicas,
     rg002_multi_host_overflow,
@@ -319,6 +370,7 @@ RULES: Sequence[LintRule] = (
     rg008_floor_tolerates_gpu,
     rg009_gpu_floor_above_gpu_nodes,
     rg010_missing_queue,
+    rg011_negative_count,
 )
 
 
@@ -333,3 +385,99 @@ def lint(
         out.extend(f for rule in RULES for f in rule(cluster, facts, config)
                    if f.id not in ignored)
     return out
+
+
+# The manifest itself (RG1xx): what `kubectl apply` or KubeRay would refuse, and inputs with
+# nothing to check. The reading and the schema are the caller's; the words are here.
+
+def closest(word: str, choices: Collection[str]) -> str | None:
+    """The one of ``choices`` ``word`` is most likely a typo of (case aside), if any."""
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), by_lower, n=1, cutoff=0.8)
+    return by_lower[close[0]] if close else None
+
+
+def did_you_mean(word: str, choices: Collection[str]) -> str:
+    """`` (did you mean 'X'?)`` for the closest of ``choices``, or ''."""
+    match = closest(word, choices)
+    return f" (did you mean {match!r}?)" if match else ""
+
+
+def object_ref(kind: str, namespace: str, name: str) -> str:
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}".rstrip()
+
+
+def field_path(parts: Sequence[str | int]) -> str:
+    """``spec.workerGroupSpecs[0].minReplicas`` from its keys and indexes."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def not_parsed(message: str) -> Finding:
+    return Finding("RG101", Severity.ERROR, "", "", f"not valid YAML or JSON: {message}",
+                   "fix the syntax (the documents before and after it are checked)")
+
+
+def _shortened(text: str, length: int = 60) -> str:
+    return text if len(text) <= length else f"{text[:length - 1]}…"
+
+
+def not_an_object(value: object) -> Finding:
+    what = {str: "string", list: "list", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__)
+    return Finding("RG102", Severity.ERROR, "", "",
+                   f"a {what}, not a Kubernetes object: {_shortened(repr(value))}",
+                   "give each document an apiVersion, a kind, metadata and a spec")
+
+
+def recognise(kind: object, api_version: object, ref: str) -> tuple[str | None, list[Finding]]:
+    """Which of ``RAY_KINDS`` a document is (None: not one to check), and what is wrong
+    with its kind or apiVersion: a misspelled kind, an unknown ``ray.io`` kind, a Ray kind
+    under another group."""
+    if not isinstance(kind, str) or not kind or not isinstance(api_version, str):
+        return None, [Finding("RG102", Severity.ERROR, ref, "kind" if not kind else "apiVersion",
+                              "no kind or apiVersion: not a Kubernetes object",
+                              f"set apiVersion: {RAY_API_VERSION} and kind: RayCluster")]
+    group = api_version.partition("/")[0] if "/" in api_version else ""
+    if kind in RAY_KINDS:
+        if api_version == RAY_API_VERSION:
+            return kind, []
+        if group == "ray.io":
+            return kind, [Finding(
+                "RG103", Severity.WARNING, ref, "apiVersion",
+                f"{api_version} is not KubeRay's current version; checked as {RAY_API_VERSION}",
+                f"use apiVersion: {RAY_API_VERSION}")]
+        return None, [Finding(
+            "RG103", Severity.ERROR, ref, "apiVersion",
+            f"{kind} is served as {RAY_API_VERSION}, not {api_version}: the API server has no "
+            f"{kind} there", f"use apiVersion: {RAY_API_VERSION}")]
+    if kind in OTHER_RAY_KINDS and group == "ray.io":
+        return None, [Finding("RG103", Severity.INFO, ref, "kind",
+                              f"{kind} is not checked (it embeds no RayCluster spec raygate reads)",
+                              "check the RayJob it creates instead")]
+    served = [*RAY_KINDS, *OTHER_RAY_KINDS]
+    match = closest(kind, served)
+    if group == "ray.io" or match:
+        return None, [Finding(
+            "RG103", Severity.ERROR, ref, "kind",
+            f"unknown kind {kind!r}{did_you_mean(kind, served)}: KubeRay serves "
+            f"{', '.join(served)}", f"use kind: {match or 'RayCluster'}")]
+    return None, []  # someone else's object: a ConfigMap, a Deployment, ...
+
+
+def no_ray_objects(others: Mapping[str, int]) -> Finding:
+    seen = ", ".join(f"{n} {kind}" for kind, n in sorted(others.items()))
+    return Finding("RG104", Severity.WARNING, "", "",
+                   f"no RayCluster, RayJob or RayService found ({seen or 'no objects'})",
+                   "give the files that hold the RayClusters (a typo in `kind` shows as RG103)")
+
+
+def schema_violation(ref: str, kind: str, path: Sequence[str | int], message: str) -> Finding:
+    """A field KubeRay's CRD refuses (or the API server would drop as unknown)."""
+    explain = ".".join([kind.lower(), *(p for p in path if isinstance(p, str))])
+    if message.startswith("unknown field"):
+        explain = explain.rpartition(".")[0]
+    return Finding("RG105", Severity.ERROR, ref, field_path(path), message,
+                   f"see `kubectl explain {explain}` (KubeRay's CRD)")

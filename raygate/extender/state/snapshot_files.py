@@ -22,7 +22,8 @@ from raygate.extender.state.keys import ClusterObjects
 from raygate.extender.wire import DECODE_ERRORS, kube
 from raygate.plugin.model import NodeView, PodGroupView, PodView, RayClusterView, WorkloadView
 
-__all__ = ["SnapshotError", "demo_text", "load_files", "load_text", "read_documents"]
+__all__ = ["ManifestLoader", "SnapshotError", "demo_text", "load_files", "load_text",
+           "read_documents"]
 
 # apiVersion group of each kind raygate reads; core kinds have no group.
 _KINDS: dict[str, tuple[tuple[str, ...], type[msgspec.Struct]]] = {
@@ -44,6 +45,7 @@ _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+ManifestLoader = _Loader  # for other readers of manifests (raygate check)
 
 
 class SnapshotError(ValueError):
