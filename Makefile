@@ -42,7 +42,7 @@ test-ray: $(RAY_STAMP)  ## the tests against the real Ray autoscaler code (insta
 # The real components, built from their Go modules at the versions pinned in
 # testbed/modules/*/go.mod, into ~/.cache/raygate/testbed (a cold build takes ~15 min on
 # 2 cores; a warm one seconds). Needs the go command and the Go module proxy.
-testbed: $(STAMP)  ## build etcd, Kubernetes, KubeRay, Volcano, Kueue, kwok from Go modules (cached)
+testbed: $(STAMP)  ## build etcd, Kubernetes, KubeRay, Volcano, Kueue, kwok, helm from Go modules (cached)
 	$(BIN)/python -m testbed build
 
 # Ray too: the autoscaler scenarios run the real Ray head and autoscaler.
