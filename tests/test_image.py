@@ -7,6 +7,7 @@ Makefile; the release workflow builds what the Dockerfile describes."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -155,9 +156,12 @@ def test_the_release_workflow_builds_and_attaches_on_a_tag() -> None:
     uses = {s["uses"].split("@")[0] for s in steps if "uses" in s}
     assert {"actions/checkout", "docker/setup-qemu-action", "docker/setup-buildx-action",
             "docker/login-action", "docker/build-push-action"} <= uses
-    (build,) = [s for s in steps if s.get("uses", "").startswith("docker/build-push-action")]
-    assert set(build["with"]["platforms"].split(",")) == {"linux/amd64", "linux/arm64"}
-    assert build["with"]["push"] is True and build["with"]["file"] == "Dockerfile"
+    builds = {s["with"]["file"]: s["with"] for s in steps
+              if s.get("uses", "").startswith("docker/build-push-action")}
+    assert set(builds) == {"Dockerfile", "deploy/ray-autoscaler/Dockerfile"}
+    assert set(builds["Dockerfile"]["platforms"].split(",")) == {"linux/amd64", "linux/arm64"}
+    assert builds["Dockerfile"]["tags"] == "${{ env.IMAGE }}:${{ steps.version.outputs.version }}"
+    assert all(b["push"] is True for b in builds.values())
     assert IMAGE in WORKFLOW.read_text()
     script = "\n".join(s.get("run", "") for s in steps)
     assert "helm package deploy/helm/raygate" in script and "gh release upload" in script
@@ -165,12 +169,24 @@ def test_the_release_workflow_builds_and_attaches_on_a_tag() -> None:
 
 
 def test_the_wheel_builds_and_its_console_scripts_run(tmp_path: Path) -> None:
-    """`pip wheel .` (the build stage's step), installed alone into a fresh virtualenv
-    whose dependencies are this environment's; run from elsewhere, so the checkout is not
-    what is imported."""
+    """The build stage's `pip wheel .`, of exactly what its COPY lines copy, installed
+    alone into a fresh virtualenv whose dependencies are this environment's; run from
+    elsewhere, so the checkout is not what is imported."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for _, arguments in (x for x in INSTRUCTIONS if x[0] == "COPY"):
+        *copied, destination = arguments.split()
+        if not arguments.startswith("--from") and not destination.startswith("/"):
+            for name in copied:
+                target = source / (name if destination == "./" else destination)
+                if (ROOT / name).is_dir():
+                    shutil.copytree(ROOT / name, target,
+                                    ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(ROOT / name, target)
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(wheels), str(ROOT)],
+                    "--no-build-isolation", "--wheel-dir", str(wheels), str(source)],
                    check=True, timeout=300, capture_output=True)
     (wheel,) = wheels.glob(f"raygate-{VERSION}-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
