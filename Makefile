@@ -40,7 +40,7 @@ test-ray: $(RAY_STAMP)  ## the tests against the real Ray autoscaler code (insta
 	RAYGATE_REQUIRE_RAY=1 $(BIN)/python -m pytest -q -m ray
 
 # The real components, built from their Go modules at the versions pinned in
-# testbed/modules/*/go.mod, into ~/.cache/raygate/testbed (a cold build takes ~15 min on
+# testbed/modules/*/go.mod, into ~/.cache/raygate/testbed (a cold build takes ~20 min on
 # 2 cores; a warm one seconds). Needs the go command and the Go module proxy.
 testbed: $(STAMP)  ## build etcd, Kubernetes, KubeRay, Volcano, Kueue, kwok, helm from Go modules (cached)
 	$(BIN)/python -m testbed build
@@ -82,7 +82,7 @@ bench-admission: $(STAMP)  ## filter/prioritize latency with many admission watc
 	$(BIN)/python -m bench.admission_watchers
 
 # The name every manifest pulls (deploy/image/kustomization.yaml), at pyproject's version.
-IMAGE := $(shell sed -n 's/^ *newName: //p' deploy/image/kustomization.yaml):$(shell \
+IMAGE = $(shell sed -n 's/^ *newName: //p' deploy/image/kustomization.yaml):$(shell \
 	$(PYTHON) -c "import tomllib;print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
 
 image:  ## the container image of deploy/ and the chart (needs a Docker engine)
