@@ -14,7 +14,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)  ## serve the demo cluster in the foreground (HTTP :8888, gRPC :9090)
+# `make run` needs only what serving needs: raygate and its dependencies, no test tools.
+RUN_STAMP := $(VENV)/.installed-run
+
+$(RUN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP)  ## serve the demo cluster in the foreground (HTTP :8888, gRPC :9090)
 	$(BIN)/raygate serve --demo
 
 test: $(STAMP)  ## the whole test suite, layering contracts included
@@ -31,9 +40,9 @@ test-ray: $(RAY_STAMP)  ## the tests against the real Ray autoscaler code (insta
 	RAYGATE_REQUIRE_RAY=1 $(BIN)/python -m pytest -q -m ray
 
 # The real components, built from their Go modules at the versions pinned in
-# testbed/modules/*/go.mod, into ~/.cache/raygate/testbed (a cold build takes ~15 min on
+# testbed/modules/*/go.mod, into ~/.cache/raygate/testbed (a cold build takes ~20 min on
 # 2 cores; a warm one seconds). Needs the go command and the Go module proxy.
-testbed: $(STAMP)  ## build etcd, Kubernetes, KubeRay, Volcano, Kueue, kwok from Go modules (cached)
+testbed: $(STAMP)  ## build etcd, Kubernetes, KubeRay, Volcano, Kueue, kwok, helm from Go modules (cached)
 	$(BIN)/python -m testbed build
 
 # Ray too: the autoscaler scenarios run the real Ray head and autoscaler.
@@ -72,8 +81,12 @@ bench-ci: $(BENCH_STAMP)  ## the fast benchmark scenarios; fails on wrong answer
 bench-admission: $(STAMP)  ## filter/prioritize latency with many admission watchers; Watch latency
 	$(BIN)/python -m bench.admission_watchers
 
-image:  ## the container image of deploy/ (needs a Docker engine)
-	docker build -t raygate:$(shell $(PYTHON) -c "import tomllib;print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])") .
+# The name every manifest pulls (deploy/image/kustomization.yaml), at pyproject's version.
+IMAGE = $(shell sed -n 's/^ *newName: //p' deploy/image/kustomization.yaml):$(shell \
+	$(PYTHON) -c "import tomllib;print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
+
+image:  ## the container image of deploy/ and the chart (needs a Docker engine)
+	docker build -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .benchmarks

@@ -101,6 +101,16 @@ COMPONENTS = {c.name: c for c in (
               {"crds": "config/components/crd/bases", "webhook": "config/components/webhook"}),
     Component("kwok", "sigs.k8s.io/kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
               {"stages": "kustomize/stage"}),
+    Component("helm", "helm.sh/helm/v3", {"helm": "helm.sh/helm/v3/cmd/helm"}, {}, stamp={
+        # What helm's Makefile writes for a release: its version, and the Kubernetes
+        # version `helm template` and `helm lint` assume without a cluster (client-go
+        # v0.37 of its go.mod: 1.37; else 1.20, and charts needing newer would fail).
+        "helm.sh/helm/v3/internal/version.version": "{version}",
+        "helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor": "1",
+        "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor": "37",
+        "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor": "1",
+        "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor": "37",
+    }),
 )}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ CACHE = ClusterCache(PolicyConfig(), "test")
 SERVED = {**health_routes(CACHE), **scheduler_routes(SchedulerExtender(CACHE)),
           **volcano_routes(VolcanoExtender(CACHE))}
 DEFAULTS = _parser().parse_args(["serve"])
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"ghcr.io/raygate-dev/raygate:{VERSION}"  # fully qualified, at the package's version
 Obj = dict[str, Any]
 
 
@@ -61,8 +64,20 @@ def _merge(base: Any, patch: Any) -> Any:
     return copy.deepcopy(patch)
 
 
+def _set_images(objects: list[Obj], images: list[Obj]) -> None:
+    """kustomize's images transformer: a container image named ``name`` (no tag) becomes
+    ``newName:newTag``."""
+    for image in images:
+        for obj in objects:
+            pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+            for container in pod.get("containers", []) + pod.get("initContainers", []):
+                if container["image"] == image["name"]:
+                    container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
+
+
 def render(folder: Path) -> list[Obj]:
-    """`kustomize build`, for the features these kustomizations use (resources, patches)."""
+    """`kustomize build`, for the features these kustomizations use (resources,
+    components, patches, images); e2e/test_chart.py compares with the real one."""
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     objects: list[Obj] = []
     for entry in kustomization.get("resources", []):
@@ -80,6 +95,11 @@ def render(folder: Path) -> list[Obj]:
                    and o["metadata"]["name"] == patch["metadata"]["name"]]
         assert targets, f"{folder.name}: patch {path.name} matches no resource"
         objects[targets[0]] = _merge(objects[targets[0]], patch)
+    for component in kustomization.get("components", []):
+        spec = yaml.safe_load((folder / component / "kustomization.yaml").read_text())
+        assert spec["kind"] == "Component" and set(spec) <= {"apiVersion", "kind", "images"}
+        _set_images(objects, spec["images"])
+    _set_images(objects, kustomization.get("images", []))
     return objects
 
 
@@ -142,7 +162,10 @@ def test_raygate_containers_match_the_server(setup: str) -> None:
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert container["resources"]["requests"] and container["resources"]["limits"]
         assert deployment["spec"]["replicas"] == 2
-        assert pod["affinity"]["podAntiAffinity"]
+        # Preferred: a one-node cluster (kind, minikube) runs both replicas.
+        assert list(pod["affinity"]["podAntiAffinity"]) == [
+            "preferredDuringSchedulingIgnoredDuringExecution"]
+        assert container["image"] == IMAGE
         if "--webhook-addr" in " ".join(args):
             assert ports["webhook"] == _addr_port(args, "--webhook-addr")
 

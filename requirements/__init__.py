@@ -1,0 +1,1 @@
+"""The image's lock files and the script that writes them (lock.py)."""
