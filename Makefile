@@ -5,7 +5,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-ray testbed e2e check lint types proto proto-check bench bench-ci bench-admission \
+.PHONY: run test test-ray testbed e2e check lint types proto proto-check bench bench-ci \
+	bench-scheduler bench-scheduler-ci bench-admission \
 	image clean
 
 $(STAMP): pyproject.toml
@@ -77,6 +78,16 @@ bench: $(BENCH_STAMP)  ## release benchmark vs the Go peer: table, JSON, markdow
 
 bench-ci: $(BENCH_STAMP)  ## the fast benchmark scenarios; fails on wrong answers or errors only
 	$(BIN)/python -m bench --label fast --install-wrk
+
+# kube-scheduler's own throughput with no extender, an empty one, the Go peer and raygate
+# in its cycle, on the testbed's real etcd, kube-apiserver and kube-scheduler.
+bench-scheduler: testbed $(BENCH_STAMP)  ## 500 and 5,000 nodes, 1,000 pods, 3 interleaved runs: table, JSON, plot
+	$(BIN)/python -m bench.scheduler_throughput --label full \
+		--json bench/results/scheduler-full.json --markdown bench/results/scheduler-full.md \
+		--plot bench/scheduler-throughput.png
+
+bench-scheduler-ci: testbed $(BENCH_STAMP)  ## 500 nodes, 200 pods, one run; fails on wrong placement or a crash only
+	$(BIN)/python -m bench.scheduler_throughput --label fast
 
 bench-admission: $(STAMP)  ## filter/prioritize latency with many admission watchers; Watch latency
 	$(BIN)/python -m bench.admission_watchers

@@ -119,7 +119,7 @@ def _web_pod_template() -> bytes:
                  "volumeMounts": [{"mountPath": "/etc/envoy", "name": "envoy-config"}]},
             ],
             "dnsPolicy": "ClusterFirst", "enableServiceLinks": True, "nodeName": "__NODE__",
-            "preemptionPolicy": "PreemptLowerThanOrEqual", "priority": 0,
+            "preemptionPolicy": "PreemptLowerPriority", "priority": 0,
             "restartPolicy": "Always", "schedulerName": "default-scheduler",
             "serviceAccountName": "web", "terminationGracePeriodSeconds": 30,
             "tolerations": [{"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",

@@ -454,7 +454,7 @@ def ray_worker_pod(
                 "terminationMessagePolicy": "File",
                 "volumeMounts": [mounts[2]],
             }],
-            "preemptionPolicy": "PreemptLowerThanOrEqual",
+            "preemptionPolicy": "PreemptLowerPriority",
             "priority": 0,
             "restartPolicy": "Always",
             "schedulerName": "default-scheduler",

@@ -334,16 +334,16 @@ class Testbed:
         kubeconfig = config["clientConnection"]["kubeconfig"]
         path = self.workdir / "ray-scheduler.yaml"
         path.write_text(yaml.safe_dump(config))
-        self._start_scheduler("ray-scheduler", path, kubeconfig, self.ports.ray_scheduler)
+        self.start_scheduler("ray-scheduler", path, kubeconfig, self.ports.ray_scheduler)
         default = self.workdir / "default-scheduler.yaml"
         default.write_text(yaml.safe_dump({
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": str(self.admin_kubeconfig)},
             "leaderElection": {"leaderElect": False}}))
-        self._start_scheduler("default-scheduler", default, str(self.admin_kubeconfig),
+        self.start_scheduler("default-scheduler", default, str(self.admin_kubeconfig),
                               self.ports.default_scheduler)
 
-    def _start_scheduler(self, name: str, config: Path, kubeconfig: str, port: int) -> None:
+    def start_scheduler(self, name: str, config: Path, kubeconfig: str, port: int) -> None:
         process = self.run(name, [
             binary("kubernetes", "kube-scheduler"), f"--config={config}",
             "--bind-address=127.0.0.1", f"--secure-port={port}",

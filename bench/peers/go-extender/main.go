@@ -439,6 +439,29 @@ func (s *server) prioritize(w http.ResponseWriter, r *http.Request) {
 	reply(w, out)
 }
 
+// emptyFilter passes every node it is given and decides nothing: the cost of the round
+// trip alone (HTTP, and decoding the request's node names), for scheduler throughput runs.
+func emptyFilter(w http.ResponseWriter, r *http.Request) {
+	var args struct {
+		NodeNames *[]string `json:"nodenames"`
+	}
+	if !decodeBody(w, r, &args) {
+		return
+	}
+	names := []string{}
+	if args.NodeNames != nil {
+		names = *args.NodeNames
+	}
+	reply(w, ExtenderFilterResult{NodeNames: &names, FailedNodes: map[string]string{},
+		FailedAndUnresolvableNodes: map[string]string{}})
+}
+
+// emptyPrioritize scores nothing (an empty HostPriorityList adds 0 to every node).
+func emptyPrioritize(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	reply(w, []HostPriority{})
+}
+
 // volcanoGPU classifies a Volcano NodeInfo: by the snapshot when it knows the node, else
 // by the Node object inside (absent: not a GPU node).
 func (s *server) volcanoGPU(n *NodeInfo) (bool, error) {
@@ -505,7 +528,15 @@ func (s *server) volcanoPrioritize(w http.ResponseWriter, r *http.Request) {
 func main() {
 	snapshot := flag.String("snapshot", "", "cluster objects, a kubectl List JSON file")
 	addr := flag.String("addr", "127.0.0.1:8889", "listen address")
+	empty := flag.Bool("empty", false, "pass every node, score none, read no snapshot")
 	flag.Parse()
+	if *empty {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /scheduler/filter", emptyFilter)
+		mux.HandleFunc("POST /scheduler/prioritize", emptyPrioritize)
+		log.Printf("go-extender: empty; listening on %s", *addr)
+		log.Fatal(http.ListenAndServe(*addr, mux))
+	}
 	c, err := loadCluster(*snapshot)
 	if err != nil {
 		log.Fatalf("go-extender: %s: %v", *snapshot, err)

