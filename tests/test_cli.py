@@ -152,7 +152,8 @@ def test_print_config_prints_the_effective_settings_and_exits(
     assert document["server"]["log"]["level"] == "debug"
     assert document["policy"]["thrashGuardSeconds"] == 30
     for line in ("httpAddr: 127.0.0.1:1", "# flag --http-addr", "# env RAYGATE_LOG_LEVEL",
-                 "predicateConcurrency: 8", "# file", "# default", f"# {VERSION_LINE}\n"):
+                 "predicateConcurrency: 8", "# file", "# default",
+                 f"# raygate {version('raygate')}\n"):
         assert line in out
 
 
