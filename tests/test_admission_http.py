@@ -242,15 +242,44 @@ def test_long_poll_times_out_with_the_same_status(
     assert not_modified.status_code == 304
 
 
-def test_long_poll_waits_for_a_cluster_to_appear(
-        server: ServerThread, client: httpx.Client, pool: ThreadPoolExecutor) -> None:
+def test_long_poll_of_an_unknown_cluster_is_a_404_at_once(
+        server: ServerThread, client: httpx.Client) -> None:
     server.publish(*sc.stuck())
-    assert get(client, "ray", "queued").status_code == 404
-    with httpx.Client(base_url=server.url, timeout=120) as other:
-        waiting = pool.submit(get, other, "ray", "queued", waitForChange="", timeoutSeconds=60)
-        wait_until(lambda: server.server.admission.waiting(("ray", "queued")))
+    started = time.monotonic()
+    response = get(client, "ray", "queued", waitForChange="0" * 16, timeoutSeconds=60)
+    assert check(GET, response)["error"]["reason"] == "NotFound"
+    assert time.monotonic() - started < WAIT  # answered, not held for the 60 s
+
+
+@pytest.mark.parametrize("seen", ["", "x", '"4fccef0cec470134"', "4FCCEF0CEC470134",
+                                  "4fccef0cec47013", "4fccef0cec4701345"])
+def test_a_malformed_wait_for_change_is_a_400_at_once(
+        server: ServerThread, client: httpx.Client, seen: str) -> None:
+    server.publish(*sc.stuck())
+    for name in ("lonely", "unknown"):  # known or not: the parameter is checked first
+        started = time.monotonic()
+        response = get(client, "ray", name, waitForChange=seen, timeoutSeconds=60)
+        assert response.status_code == 400
+        assert "waitForChange" in check(GET, response)["error"]["message"]
+        assert time.monotonic() - started < WAIT
+    listing = client.get(LIST, params={"waitForChange": seen, "timeoutSeconds": "60"})
+    assert listing.status_code == 400
+
+
+def test_the_http_client_watches_a_cluster_that_appears_later(
+        server: ServerThread, pool: ThreadPoolExecutor) -> None:
+    """A named long-poll of an unknown cluster is a 404 at once: the client waits on the
+    namespace's listing instead, with no busy loop."""
+    server.publish(*sc.stuck())
+    with HttpAdmissionClient(server.url, timeout=WAIT, poll_seconds=60) as api:
+        events = api.watch("ray", "queued")
+        assert next(events).type == "SYNCED"
+        appeared = pool.submit(next, events)
+        wait_until(lambda: server.server.admission.waiting(("ray", None)))
         server.publish(*sc.stuck(), *sc.inqueue_gang())
-        assert check(GET, waiting.result(WAIT))["metadata"]["name"] == "queued"
+        event = appeared.result(WAIT)
+        assert (event.type, event.status and event.status.metadata.name) == ("ADDED", "queued")
+        events.close()
 
 
 def test_time_alone_turns_a_pod_stuck(server: ServerThread, client: httpx.Client,
@@ -305,7 +334,7 @@ def test_unknown_cluster_before_sync() -> None:
 @pytest.mark.parametrize("timeout", ["abc", "-1", "301", "nan", "inf"])
 def test_bad_timeout_is_a_400(server: ServerThread, client: httpx.Client, timeout: str) -> None:
     server.publish(*sc.stuck())
-    response = get(client, "ray", "lonely", waitForChange="x", timeoutSeconds=timeout)
+    response = get(client, "ray", "lonely", waitForChange="0" * 16, timeoutSeconds=timeout)
     assert response.status_code == 400
     assert "timeoutSeconds" in check(GET, response)["error"]["message"]
     assert client.get("/v1/admission", params={"timeoutSeconds": timeout}).status_code == 400

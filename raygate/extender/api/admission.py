@@ -33,7 +33,12 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
-from raygate.extender.api.admission_http import conditional_reply, openapi_document, wait_timeout
+from raygate.extender.api.admission_http import (
+    conditional_reply,
+    openapi_document,
+    wait_timeout,
+    wait_version,
+)
 from raygate.extender.api.admission_state import Build, Entry, Generation, Key, Scope, untouched
 from raygate.extender.api.admission_waiters import WAKE_BATCH, Signal
 from raygate.extender.errors import RayClusterNotFound
@@ -349,10 +354,13 @@ class AdmissionService:
 
     async def _maybe_wait(self, request: Request, scope: Scope,
                           version: Callable[[Generation], str]) -> Generation:
-        seen = request.query.get("waitForChange")
+        seen = wait_version(request.query.get("waitForChange"))
         timeout = wait_timeout(request.query.get("timeoutSeconds"))
-        if seen is None:
-            return self.current()
+        generation = self.current()
+        # No version: a RayCluster raygate does not know is answered (404) at once, not
+        # held for the timeout. A listing always has one.
+        if seen is None or not version(generation):
+            return generation
         waiting = asyncio.ensure_future(self.wait_for_change(scope, version, seen, timeout))
         gone = asyncio.ensure_future(request.disconnected())
         try:
