@@ -367,7 +367,11 @@ def test_each_state_change_is_logged_once(server: ServerThread, client: httpx.Cl
             get(client, "ray", "queued")
         server.publish(objects[0], objects[1], objects[2], gated, objects[4])
         get(client, "ray", "queued")
-    lines = [r.getMessage() for r in caplog.records if r.name == "raygate.admission"]
+    records = [r for r in caplog.records if r.name == "raygate.admission"]
+    assert [{k: r.__dict__.get(k) for k in ("namespace", "raycluster", "pod")}
+            for r in records] == [  # the JSON log's fields
+        {"namespace": "ray", "raycluster": "queued", "pod": "queued-w1"}]
+    lines = [r.getMessage() for r in records]
     assert lines == [
         "RayCluster ray/queued: pod queued-w1 WaitingForGangAdmission -> WaitingForCapacity: "
         "no node has room: Insufficient cpu (the scheduler says: "

@@ -43,6 +43,7 @@ from raygate.extender.api.admission_state import Build, Entry, Generation, Key, 
 from raygate.extender.api.admission_waiters import WAKE_BATCH, Signal
 from raygate.extender.errors import RayClusterNotFound
 from raygate.extender.http.routes import AsyncRoute, Request, Response, Route
+from raygate.extender.logs import about
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.admission import admission_inputs, admission_status
@@ -243,14 +244,16 @@ class AdmissionService:
             if was is None or was.state is not now_pod.state:
                 log.info("RayCluster %s/%s: pod %s %s -> %s: %s", namespace, name,
                          now_pod.name, was.state.value if was else "(new)",
-                         now_pod.state.value, now_pod.reason)
+                         now_pod.state.value, now_pod.reason,
+                         extra=about(namespace=namespace, raycluster=name, pod=now_pod.name))
         for uid, was in before.items():
             if uid not in after:
                 pod = snapshot.pod(uid)
                 outcome = "gone" if pod is None or pod.deleted is not None else (
                     "Running" if pod.phase == "Running" else pod.phase or "done")
                 log.info("RayCluster %s/%s: pod %s %s -> %s", namespace, name, was.name,
-                         was.state.value, outcome)
+                         was.state.value, outcome,
+                         extra=about(namespace=namespace, raycluster=name, pod=was.name))
 
     def _schedule(self, generation: Generation, now: float) -> None:
         if self._timer is not None:

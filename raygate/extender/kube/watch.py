@@ -41,6 +41,7 @@ from raygate.extender.kube.transport import (
     WatchStream,
     api_error,
 )
+from raygate.extender.logs import about
 from raygate.extender.state import convert
 from raygate.extender.state.keys import View, object_key
 from raygate.extender.state.snapshot import Snapshot
@@ -314,7 +315,10 @@ class KindWatcher:
             self.status.errors += 1
             self.status.last_error = f"{meta.namespace}/{meta.name}: {exc}"
             log.warning("%s %s/%s: cannot read it (%s); leaving it out", self.kind,
-                        meta.namespace, meta.name, exc)
+                        meta.namespace, meta.name, exc, extra=about(
+                            namespace=meta.namespace,
+                            pod=meta.name if self.kind == "Pod" else "",
+                            raycluster=meta.name if self.kind == "RayCluster" else ""))
             return None
         return view
 

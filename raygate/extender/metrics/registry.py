@@ -189,10 +189,12 @@ class VerbMetrics:
     """One scheduler verb's decision and fail-open counters, bound once."""
 
     __slots__ = ("decisions", "nodes_dropped", "refused", "unknown_nodes",
-                 "unknown_rayclusters", "unknown_victims", "victims_removed",
+                 "unknown_rayclusters", "unknown_victims", "verb", "victims_removed",
                  "victims_substituted")
 
     def __init__(self, metrics: Metrics, verb: str) -> None:
+        self.verb = verb
+        """``scheduler/filter``, ``volcano/predicate``, ...: the label, and the log field."""
         self.decisions = {rule: metrics.decisions.labels(verb, rule.value) for rule in Rule}
         self.refused = {rule: metrics.gpu_nodes_refused.labels(verb, rule.value)
                         for rule in Rule}
