@@ -180,9 +180,11 @@ def _client_main(out: Any, plan: _Plan) -> None:
         name = rng.choice(clusters)
         admission = f"/v1/namespaces/ray/rayclusters/{name}/admission"
         if long_poll:
-            # The version it holds: answered when the status changes, or after 5 s.
+            # The version it holds: answered when the status changes, or after 5 s (one
+            # it never saw, none: answered at once).
             route, method, path, body = ("admission long-poll", "GET",
-                                         f"{admission}?waitForChange={versions.get(name, '')}"
+                                         f"{admission}?waitForChange="
+                                         f"{versions.get(name, '0' * 16)}"
                                          "&timeoutSeconds=5", None)
         else:
             route, method, path, body = rng.choices([

@@ -9,14 +9,17 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import trustme
 import uvloop
 
 from raygate.extender.api.scheduler import SchedulerExtender
-from raygate.extender.server import RaygateServer, bind_socket
+from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
@@ -137,3 +140,42 @@ def wait_until(condition: Callable[[], bool], what: str = "the condition",
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         threading.Event().wait(0.002)
+
+
+@contextmanager
+def webhook_server(folder: Path) -> Iterator[tuple[str, ssl.SSLContext, Path]]:
+    """A server with its webhook listener on loopback, under a certificate of a CA made
+    here: (the listener's https:// URL, a client context trusting the CA, the CA's PEM
+    file in ``folder``)."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("raygate.raygate-system.svc", "127.0.0.1")
+    cert_file, key_file, ca_file = folder / "tls.crt", folder / "tls.key", folder / "ca.crt"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    ca.cert_pem.write_to_path(str(ca_file))
+    webhook = WebhookListener(bind_socket("127.0.0.1", 0), str(cert_file), str(key_file))
+    server = RaygateServer(ClusterCache(PolicyConfig(), "test"), bind_socket("127.0.0.1", 0),
+                           "127.0.0.1:0", webhook=webhook)
+    loop = uvloop.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.run())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    url = f"https://127.0.0.1:{webhook.sock.getsockname()[1]}"
+    with httpx.Client(verify=context) as client:
+        for _ in range(500):
+            try:
+                client.get(f"{url}/healthz")
+                break
+            except httpx.TransportError:
+                threading.Event().wait(0.01)
+    try:
+        yield url, context, ca_file
+    finally:
+        loop.call_soon_threadsafe(server.stop)
+        thread.join(15)

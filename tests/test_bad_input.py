@@ -91,9 +91,30 @@ def test_bad_body(verb: str, name: str, body: bytes, client: httpx.Client) -> No
 def test_wrong_route_and_method(client: httpx.Client) -> None:
     reply = client.post("/scheduler/bind", content=b"{}")
     assert reply.status_code == 404 and reply.json()["error"]["reason"] == "NotFound"
+    assert "allow" not in reply.headers
     reply = client.get("/scheduler/filter")
     assert reply.status_code == 405 and "accepts POST" in reply.json()["error"]["message"]
     assert client.head("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    # A fast-path route (a scheduler verb) and a plain route; raygate's own async routes.
+    ("GET", "/scheduler/filter", "POST"),
+    ("PUT", "/volcano/predicate", "POST"),
+    ("POST", "/healthz", "GET, HEAD"),
+    ("DELETE", "/metrics", "GET, HEAD"),
+    ("POST", "/v1/namespaces/ray/rayclusters/rc/admission", "GET, HEAD"),
+    ("OPTIONS", "/v1/admission", "GET, HEAD"),
+    ("GET", "/v1/explain", "POST"),
+])
+def test_a_405_names_the_allowed_methods(
+    client: httpx.Client, method: str, path: str, allow: str,
+) -> None:
+    """RFC 9110 §15.5.6: a 405 carries ``Allow`` with the methods the resource supports."""
+    reply = client.request(method, path, content=b"{}" if method != "GET" else None)
+    assert (reply.status_code, reply.headers.get("allow")) == (405, allow)
+    assert reply.json()["error"]["reason"] == "MethodNotAllowed"
+    assert_still_serving(client)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx
@@ -59,6 +61,16 @@ def serve(*args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     finally:
         process.send_signal(signal.SIGTERM)
         served.output = process.communicate(timeout=30)[0]
+
+
+VERSION_LINE = f"raygate {version('raygate')} (python {platform.python_version()})"
+
+
+def test_version_prints_raygate_and_python_versions() -> None:
+    # The console script, as an operator runs it (argparse's version action exits 0).
+    done = subprocess.run([str(Path(sys.executable).parent / "raygate"), "--version"],
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, VERSION_LINE + "\n", "")
 
 
 def test_serve_without_a_cluster_names_the_ways_to_give_one(
@@ -140,7 +152,8 @@ def test_print_config_prints_the_effective_settings_and_exits(
     assert document["server"]["log"]["level"] == "debug"
     assert document["policy"]["thrashGuardSeconds"] == 30
     for line in ("httpAddr: 127.0.0.1:1", "# flag --http-addr", "# env RAYGATE_LOG_LEVEL",
-                 "predicateConcurrency: 8", "# file", "# default"):
+                 "predicateConcurrency: 8", "# file", "# default",
+                 f"# raygate {version('raygate')}\n"):
         assert line in out
 
 
@@ -151,6 +164,7 @@ def test_serve_demo_process_answers_and_stops_on_sigterm() -> None:
         assert reply.json()["objects"]["nodes"] == 5
     assert served.process.returncode == 0, served.output
     assert "loaded demo cluster" in served.output
+    assert f"{VERSION_LINE} starting" in served.output
 
 
 def test_serve_reloads_the_policy_of_its_config_file(tmp_path: Path) -> None:

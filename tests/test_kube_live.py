@@ -8,6 +8,9 @@ show what it must, and the retry delays are injected small.
 from __future__ import annotations
 
 import json
+import logging
+import re
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -25,7 +28,7 @@ from raygate.extender.state.keys import KINDS, key_of
 from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import GroupKey
-from tests.apiserver import CORE, CRDS, ApiServerDouble
+from tests.apiserver import CORE, CRDS, ApiServerDouble, kubeconfig_text
 from tests.builders import Obj, make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, post_json
 
@@ -402,3 +405,49 @@ def test_stop_closes_every_watch(live: Live) -> None:
     source.stop()
     live.wait(lambda: live.double.open_watches() == 0, "the watches to close")
     assert not any(t.is_alive() for t in source._threads)
+
+
+def test_an_unreachable_api_server_is_one_line_until_it_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every kind retrying against a port nothing listens on: one warning (no urllib3
+    retry storm below it), then one line when the API server is there."""
+    with socket.socket() as probe:  # a port nothing listens on once this closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    live = Live(tmp_path)  # its double listens elsewhere until restarted on the port below
+    kubeconfig = tmp_path / "unreachable-kubeconfig"
+    kubeconfig.write_text(kubeconfig_text(f"http://127.0.0.1:{port}", "raygate-test-token"))
+    caplog.set_level(logging.DEBUG, logger="raygate")
+    caplog.set_level(logging.DEBUG, logger="urllib3")
+    try:
+        connection = load_connection(str(kubeconfig), None, {})
+        source = LiveSource(live.cache, KubeTransport(connection, FAST), FAST)
+        live.source = source
+        source.start()
+        # Each kind fails again and again (backoff 10-50 ms with the FAST settings).
+        live.wait(lambda: all(live.kind(k).errors >= 5 for k in ("Node", "Pod")),
+                  "repeated connection failures")
+        assert source.reachability.failures >= 10
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.getMessage().split(" (")[0] for r in warnings] == [
+            "no answer from the API server"], [r.getMessage() for r in warnings]
+        assert "Connection refused" in warnings[0].getMessage()
+        # urllib3 makes one attempt per request: no retries, so no "Retrying" warnings.
+        assert not [r for r in caplog.records
+                    if r.name.startswith("urllib3") and "Retrying" in r.getMessage()]
+
+        live.double.stop()
+        live.double.port = port
+        live.double.start()
+        live.wait(lambda: live.cache.ready, "the sync once the API server answers")
+        back = [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("the API server answers again")]
+        assert len(back) == 1, back
+        assert re.fullmatch(r"the API server answers again, after [\d.]+s and \d+ failed "
+                            r"attempts", back[0])
+        assert source.reachability.down_since is None
+        assert [r.getMessage().split(" (")[0] for r in caplog.records
+                if r.levelno >= logging.WARNING] == ["no answer from the API server"]
+    finally:
+        live.stop()

@@ -72,6 +72,27 @@ def test_json_line_carries_level_logger_message_and_time() -> None:
                     "logger": "raygate.scheduler", "message": "filter ray/b1: 3 nodes"}
 
 
+@pytest.mark.parametrize(("extra", "fields"), [
+    (logs.about(namespace="ray", pod="w-1", raycluster="rc", verb="scheduler/filter"),
+     {"namespace": "ray", "pod": "w-1", "raycluster": "rc", "verb": "scheduler/filter"}),
+    (logs.about(namespace="ray", raycluster="rc"), {"namespace": "ray", "raycluster": "rc"}),
+    (logs.about(namespace="ml", pod="", verb=""), {"namespace": "ml"}),  # empty: left out
+    ({}, {}),
+])
+def test_json_line_carries_what_it_is_about_as_fields(
+    extra: dict[str, str], fields: dict[str, str],
+) -> None:
+    logger = logging.getLogger("raygate.test.fields")
+    record = logger.makeRecord(logger.name, logging.INFO, __file__, 1, "pod %s", ("ray/w-1",),
+                               None, extra=extra)
+    line = json.loads(logs.JsonFormatter().format(record))
+    assert {k: v for k, v in line.items() if k in logs.FIELDS} == fields
+    assert line["message"] == "pod ray/w-1"
+    # The text format is the message alone, as before: it names them already.
+    text = logging.Formatter(logs.TEXT_FORMAT).format(record)
+    assert text.endswith("INFO raygate.test.fields: pod ray/w-1")
+
+
 def test_json_exception_stays_on_one_line() -> None:
     try:
         raise RuntimeError("boom")
@@ -147,9 +168,15 @@ def test_one_debug_line_per_decision_and_never_a_pod(
                  and line["logger"] in ("raygate.scheduler", "raygate.volcano")]
     assert [d["message"].split(":")[0] for d in decisions] == [
         "filter ray/b3", "prioritize ray/o2", "predicate ray/b4"]
-    assert any(line["level"] == "info"
-               and line["message"].startswith("preempt ml/t on gpu-1: protected ['ray/b1 (")
-               for line in lines)
+    # What each line is about, as fields of their own.
+    assert [{k: d.get(k) for k in logs.FIELDS} for d in decisions] == [
+        {"namespace": "ray", "pod": "b3", "raycluster": "rc", "verb": "scheduler/filter"},
+        {"namespace": "ray", "pod": "o2", "raycluster": "rc", "verb": "scheduler/prioritize"},
+        {"namespace": "ray", "pod": "b4", "raycluster": "rc", "verb": "volcano/predicate"}]
+    (preempt,) = [line for line in lines if line["level"] == "info"
+                  and line["message"].startswith("preempt ml/t on gpu-1: protected ['ray/b1 (")]
+    assert {k: preempt.get(k) for k in logs.FIELDS} == {
+        "namespace": "ml", "pod": "t", "raycluster": None, "verb": "scheduler/preempt"}
     text = stream.getvalue()
     assert SECRET not in text
     for key in ("containers", "annotations", "\\\"spec\\\"", "resources"):

@@ -4,6 +4,8 @@ requests in between should move it by."""
 from __future__ import annotations
 
 import json
+import platform
+from importlib.metadata import version
 from typing import Any
 
 import httpx
@@ -295,11 +297,28 @@ def test_admission_pods_by_state_counts_only(
                for name, labels in samples if name == "raygate_admission_pods")
 
 
-def test_every_name_is_raygate_prefixed(client: httpx.Client) -> None:
+STANDARD = ("process_", "python_")
+"""prometheus-client's standard families: the names Python services export everywhere."""
+
+
+def test_every_name_is_raygate_prefixed_or_a_standard_one(client: httpx.Client) -> None:
     text = client.get("/metrics").text
     names = [f.name for f in text_string_to_metric_families(text)]
     assert names
-    assert all(name.startswith("raygate_") for name in names), names
+    assert all(name.startswith(("raygate_", *STANDARD)) for name in names), names
+    # The standard families, under their standard names (not raygate_process_*).
+    for name in ("process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds",
+                 "process_start_time_seconds", "python_info", "python_gc_collections"):
+        assert name in names, name
+    assert not [name for name in names if name.startswith("raygate_process_")]
+
+
+def test_build_info_names_the_version_and_python(client: httpx.Client) -> None:
+    samples = scrape(client)
+    (labels,) = [dict(labels) for name, labels in samples if name == "raygate_build_info"]
+    assert labels == {"version": version("raygate"), "python": platform.python_version(),
+                      "implementation": platform.python_implementation()}
+    assert value(samples, "raygate_build_info", **labels) == 1.0
 
 
 def test_readme_lists_every_metric(client: httpx.Client) -> None:
@@ -307,10 +326,12 @@ def test_readme_lists_every_metric(client: httpx.Client) -> None:
     for family in text_string_to_metric_families(client.get("/metrics").text):
         # prometheus_client's `_created` series (counter and histogram creation times)
         # parse as families of their own.
-        if family.name.startswith("raygate_process_") or family.name.endswith("_created"):
+        if family.name.startswith(STANDARD) or family.name.endswith("_created"):
             continue
         shown = family.name + ("_total" if family.type == "counter" else "")
         assert f"`{shown}`" in operations, shown
+    for prefix in STANDARD:
+        assert f"`{prefix}*`" in operations, prefix
 
 
 def test_servers_in_one_process_count_apart(server: ServerThread, client: httpx.Client) -> None:

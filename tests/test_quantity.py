@@ -33,6 +33,21 @@ def test_refuses_what_is_not_a_quantity(bad: str) -> None:
         parse_milli(bad)
 
 
+@pytest.mark.parametrize("huge", ["1e999999999", ".36E-32232238541", "1e99999",
+                                  "9223372036854775808", "-1e30", "8Ei", 1e300, 2**63])
+def test_refuses_quantities_out_of_range_at_once(huge: str | int | float) -> None:
+    """Beyond the decimal context (was an uncaught InvalidOperation: a 500) or beyond an
+    int64 (``1e99999`` took half a second to build as an integer)."""
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_milli(huge)
+
+
+def test_the_largest_quantities_in_range() -> None:
+    assert parse_milli("9223372036854775807") == (2**63 - 1) * 1000
+    assert parse_milli("7Ei") == 7 * 2**60 * 1000
+    assert parse_milli("1e-999999") == 1  # rounded up to a milli-unit, as Kubernetes does
+
+
 def test_refuses_booleans() -> None:
     with pytest.raises(QuantityError):
         parse_milli(True)

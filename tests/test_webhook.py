@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import json
 import ssl
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import trustme
-import uvloop
 
 from raygate.extender.api.webhook import MARKER
-from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
-from raygate.extender.state.cache import ClusterCache
-from raygate.plugin.config import PolicyConfig
 from tests.builders import Obj, make_pod
+from tests.conftest import webhook_server
 
 
 def review(pod: Obj, uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002") -> Obj:
@@ -63,36 +56,8 @@ def apply_patch(obj: Obj, ops: list[dict[str, Any]]) -> Obj:
 
 @pytest.fixture(scope="module")
 def https(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.SSLContext]]:
-    ca = trustme.CA()
-    cert = ca.issue_cert("raygate.raygate-system.svc", "127.0.0.1")
-    folder: Path = tmp_path_factory.mktemp("tls")
-    cert_file, key_file = folder / "tls.crt", folder / "tls.key"
-    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
-    cert.private_key_pem.write_to_path(str(key_file))
-    webhook = WebhookListener(bind_socket("127.0.0.1", 0), str(cert_file), str(key_file))
-    server = RaygateServer(ClusterCache(PolicyConfig(), "test"), bind_socket("127.0.0.1", 0),
-                           "127.0.0.1:0", webhook=webhook)
-    loop = uvloop.new_event_loop()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.run())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    context = ssl.create_default_context()
-    ca.configure_trust(context)
-    url = f"https://127.0.0.1:{webhook.sock.getsockname()[1]}"
-    with httpx.Client(verify=context) as client:
-        for _ in range(500):
-            try:
-                client.get(f"{url}/healthz")
-                break
-            except httpx.TransportError:
-                threading.Event().wait(0.01)
-    yield url, context
-    loop.call_soon_threadsafe(server.stop)
-    thread.join(15)
+    with webhook_server(tmp_path_factory.mktemp("tls")) as (url, context, _):
+        yield url, context
 
 
 def mutate(https: tuple[str, ssl.SSLContext], body: Any) -> httpx.Response:

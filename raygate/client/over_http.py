@@ -142,7 +142,11 @@ class HttpAdmissionClient(Closing):
                 try:
                     self._raise(status, body, namespace, name)
                 except RayClusterNotFound:
-                    return "", []  # absent: "" waits for it to appear
+                    # Absent (raygate answers that at once): wait on the namespace's
+                    # listing for it to appear. Its version passed back here next time
+                    # differs from any cluster's, so that poll answers at once too.
+                    listed, items = self._poll(namespace, None, version)
+                    return listed, [s for s in items if s.metadata.name == name]
             if status != 200:
                 self._raise(status, body, namespace, name)
             one = decode_status(body)

@@ -34,6 +34,7 @@ from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.keys import ClusterObjects
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ def serve(loaded: Loaded) -> None:
         raise StartupError(f"raygate: {exc}") from None
     # Once the settings hold: a refusal above is a line on stderr, not a log record.
     logs.configure(settings.log_level, settings.log_format)
+    log.info("%s starting", describe())
     with ExitStack() as running:
         if authorizer is not None:
             running.callback(authorizer.close)

@@ -31,6 +31,7 @@ from raygate.extender.kube.client import ClusterConfigError, NoClusterConfig, lo
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError, PolicyConfig
 
 __all__ = ["main"]
@@ -67,6 +68,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raygate", description=__doc__)
+    parser.add_argument("--version", action="version", version=describe())
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
     _check_parser(commands)

@@ -88,8 +88,15 @@ class RayClusterNotFound(NotFound):
 
 
 class MethodNotAllowed(RaygateError):
+    """HTTP answers it with ``Allow: <allow>`` (RFC 9110 §15.5.6: a 405 must list the
+    methods the resource supports)."""
+
     status = 405
     reason = "MethodNotAllowed"
+
+    def __init__(self, message: str, allow: str) -> None:
+        super().__init__(message)
+        self.allow = allow
 
 
 class Unauthorized(RaygateError):

@@ -3,7 +3,11 @@
 ``configure(level, format)`` installs one stderr handler on the root logger. ``auto``
 picks text when stderr is a terminal and JSON lines otherwise (a pod's log, read by a log
 collector). A JSON line carries ``time`` (RFC 3339, UTC, milliseconds), ``level``,
-``logger`` and ``message``, plus ``exception`` when there is one.
+``logger`` and ``message``, plus ``exception`` when there is one, and — when the line is
+about them — ``namespace``, ``pod``, ``raycluster`` and ``verb`` as fields of their own,
+so that a log query selects by them rather than by matching the message. The call sites
+pass them with ``extra=about(...)``; the text format shows the message alone (which names
+them too), so a terminal reads as before.
 
 ``debug`` applies to raygate's own loggers only: the Kubernetes client and urllib3 log
 request and response bodies (whole Pods) and headers at debug, which raygate never
@@ -19,7 +23,7 @@ from typing import TextIO
 
 import msgspec
 
-__all__ = ["FORMATS", "LEVELS", "JsonFormatter", "configure"]
+__all__ = ["FIELDS", "FORMATS", "LEVELS", "JsonFormatter", "about", "configure"]
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("auto", "json", "text")
@@ -28,11 +32,28 @@ OWN_LOGGERS = ("raygate",)
 """The loggers that follow ``level`` below info; every other stays at info or above."""
 
 
+FIELDS = ("namespace", "pod", "raycluster", "verb")
+"""What a line may be about, each a JSON field of its own (``about``)."""
+
+
+def about(*, namespace: str = "", pod: str = "", raycluster: str = "",
+          verb: str = "") -> dict[str, str]:
+    """``extra=`` for a log call: what the line is about. ``pod`` and ``raycluster`` are
+    names within ``namespace``; ``verb`` a scheduler verb (``scheduler/filter``,
+    ``volcano/predicate``, ...). Empty values are left out."""
+    given = {"namespace": namespace, "pod": pod, "raycluster": raycluster, "verb": verb}
+    return {key: value for key, value in given.items() if value}
+
+
 class _Line(msgspec.Struct, omit_defaults=True):
     time: str
     level: str
     logger: str
     message: str
+    namespace: str = ""
+    pod: str = ""
+    raycluster: str = ""
+    verb: str = ""
     exception: str = ""
     stack: str = ""
 
@@ -51,6 +72,10 @@ class JsonFormatter(logging.Formatter):
             logger=record.name,
             message=record.getMessage(),
         )
+        for key in FIELDS:
+            value = record.__dict__.get(key)
+            if value:
+                setattr(line, key, str(value))
         if record.exc_info:
             line.exception = self.formatException(record.exc_info)
         if record.stack_info:

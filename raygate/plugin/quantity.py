@@ -33,6 +33,13 @@ _QUANTITY = re.compile(
 )
 
 
+_MAX_VALUE = 2**63 - 1
+_MAX_MILLI = Decimal(_MAX_VALUE) * 1000
+"""Kubernetes reads a quantity's value as an int64 (``Quantity.Value``). Bounded here
+before the integer is built: ``1e99999`` as an int takes half a second, a request of them
+much longer."""
+
+
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
@@ -47,6 +54,9 @@ def parse_milli(quantity: str | int | float) -> int:
     if isinstance(quantity, bool):
         raise QuantityError(f"not a quantity: {quantity!r}")
     if isinstance(quantity, int):
+        if abs(quantity) > _MAX_VALUE:
+            raise QuantityError(f"quantity {quantity!r} is out of range (beyond 2^63-1, the "
+                                "int64 Kubernetes reads it as)")
         return quantity * 1000
     text = repr(quantity) if isinstance(quantity, float) else quantity.strip()
     match = _QUANTITY.match(text)
@@ -57,10 +67,19 @@ def parse_milli(quantity: str | int | float) -> int:
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
         raise QuantityError(f"not a quantity: {quantity!r}") from exc
     suffix = match["suffix"] or ""
-    if suffix in _BINARY:
-        value = number * _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        value = number * _DECIMAL[suffix]
-    else:
-        value = number.scaleb(int(suffix[1:]))
-    return int((value * 1000).to_integral_value(rounding=ROUND_CEILING))
+    try:
+        if suffix in _BINARY:
+            value = number * _BINARY[suffix]
+        elif suffix in _DECIMAL:
+            value = number * _DECIMAL[suffix]
+        else:
+            value = number.scaleb(int(suffix[1:]))
+        milli = value * 1000
+    except ArithmeticError:
+        # An exponent beyond the decimal context's range ("1e999999999", ".5E-32232238541"):
+        # InvalidOperation or Overflow, not a number anyone means.
+        raise QuantityError(f"not a quantity: {quantity!r} (exponent out of range)") from None
+    if abs(milli) > _MAX_MILLI:
+        raise QuantityError(f"quantity {quantity!r} is out of range (beyond 2^63-1, the "
+                            "int64 Kubernetes reads it as)")
+    return int(milli.to_integral_value(rounding=ROUND_CEILING))

@@ -33,11 +33,17 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
-from raygate.extender.api.admission_http import conditional_reply, openapi_document, wait_timeout
+from raygate.extender.api.admission_http import (
+    conditional_reply,
+    openapi_document,
+    wait_timeout,
+    wait_version,
+)
 from raygate.extender.api.admission_state import Build, Entry, Generation, Key, Scope, untouched
 from raygate.extender.api.admission_waiters import WAKE_BATCH, Signal
 from raygate.extender.errors import RayClusterNotFound
 from raygate.extender.http.routes import AsyncRoute, Request, Response, Route
+from raygate.extender.logs import about
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.admission import admission_inputs, admission_status
@@ -238,14 +244,16 @@ class AdmissionService:
             if was is None or was.state is not now_pod.state:
                 log.info("RayCluster %s/%s: pod %s %s -> %s: %s", namespace, name,
                          now_pod.name, was.state.value if was else "(new)",
-                         now_pod.state.value, now_pod.reason)
+                         now_pod.state.value, now_pod.reason,
+                         extra=about(namespace=namespace, raycluster=name, pod=now_pod.name))
         for uid, was in before.items():
             if uid not in after:
                 pod = snapshot.pod(uid)
                 outcome = "gone" if pod is None or pod.deleted is not None else (
                     "Running" if pod.phase == "Running" else pod.phase or "done")
                 log.info("RayCluster %s/%s: pod %s %s -> %s", namespace, name, was.name,
-                         was.state.value, outcome)
+                         was.state.value, outcome,
+                         extra=about(namespace=namespace, raycluster=name, pod=was.name))
 
     def _schedule(self, generation: Generation, now: float) -> None:
         if self._timer is not None:
@@ -349,10 +357,13 @@ class AdmissionService:
 
     async def _maybe_wait(self, request: Request, scope: Scope,
                           version: Callable[[Generation], str]) -> Generation:
-        seen = request.query.get("waitForChange")
+        seen = wait_version(request.query.get("waitForChange"))
         timeout = wait_timeout(request.query.get("timeoutSeconds"))
-        if seen is None:
-            return self.current()
+        generation = self.current()
+        # No version: a RayCluster raygate does not know is answered (404) at once, not
+        # held for the timeout. A listing always has one.
+        if seen is None or not version(generation):
+            return generation
         waiting = asyncio.ensure_future(self.wait_for_change(scope, version, seen, timeout))
         gone = asyncio.ensure_future(request.disconnected())
         try:

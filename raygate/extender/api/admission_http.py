@@ -4,6 +4,7 @@ the long-poll's ``waitForChange`` timeout, and the OpenAPI document."""
 from __future__ import annotations
 
 import math
+import re
 from importlib import resources
 
 from raygate.extender.errors import JSON, BadRequest
@@ -14,6 +15,21 @@ MAX_WAIT_SECONDS = 300.0
 
 
 DEFAULT_WAIT_SECONDS = 30.0
+
+VERSION = re.compile(r"[0-9a-f]{16}")
+"""What every ``metadata.version`` looks like (``admission_state.version_of``)."""
+
+
+def wait_version(raw: str | None) -> str | None:
+    """``waitForChange``: the version of an earlier reply, or None when not given. Any
+    other value (empty, a quoted ETag, a typo) is a 400 now rather than a long-poll that
+    could only ever end by its timeout."""
+    if raw is None:
+        return None
+    if not VERSION.fullmatch(raw):
+        raise BadRequest(f"waitForChange: expected the metadata.version of an earlier reply "
+                         f"(16 hex digits), got {raw!r}")
+    return raw
 
 
 def wait_timeout(raw: str | None) -> float:

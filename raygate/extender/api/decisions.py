@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from raygate.extender.logs import about
 from raygate.extender.metrics.registry import VerbMetrics
 from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.model import PodView
@@ -21,5 +22,7 @@ def decide_counted(pod: PodView, snap: Snapshot, now: float, *, verb: str,
     metrics.count(decision)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s %s: %s (%s): %s", verb, pod.ref, decision.placement.value,
-                  decision.rule.value, decision.reason)
+                  decision.rule.value, decision.reason,
+                  extra=about(namespace=pod.namespace, pod=pod.name,
+                              raycluster=pod.ray_cluster, verb=metrics.verb))
     return decision

@@ -17,6 +17,7 @@ import msgspec
 from raygate.extender.api.decisions import decide_counted
 from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http.routes import Route
+from raygate.extender.logs import about
 from raygate.extender.metrics.registry import Metrics, VerbMetrics
 from raygate.extender.state import convert
 from raygate.extender.state.cache import ClusterCache
@@ -204,6 +205,8 @@ class SchedulerExtender:
                     [f"{ref} ({why})" for ref, why in outcome.removed] or "none",
                     outcome.substituted or "none",
                     f", node dropped: {outcome.dropped}" if outcome.dropped else "",
+                    extra=about(namespace=preemptor.namespace, pod=preemptor.name,
+                                raycluster=preemptor.ray_cluster, verb="scheduler/preempt"),
                 )
             if outcome.dropped or not outcome.victims:
                 continue

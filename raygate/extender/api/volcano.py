@@ -19,6 +19,7 @@ import msgspec
 from raygate.extender.api.decisions import decide_counted
 from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http.routes import Gate, Route
+from raygate.extender.logs import about
 from raygate.extender.metrics.registry import Metrics, VerbMetrics
 from raygate.extender.state import convert
 from raygate.extender.state.cache import ClusterCache
@@ -150,7 +151,9 @@ class VolcanoExtender:
         if vote.removed:
             self._victims_metrics.victims_removed.inc(len(vote.removed))
             log.info("preemptable %s: protected %s", evictor.ref,
-                     [f"{ref} ({why})" for ref, why in vote.removed])
+                     [f"{ref} ({why})" for ref, why in vote.removed],
+                     extra=about(namespace=evictor.namespace, pod=evictor.name,
+                                 raycluster=evictor.ray_cluster, verb="volcano/victims"))
         if vote.vote == 0:
             return ABSTAIN
         return _encode(wire.VictimsResponse(
@@ -164,7 +167,8 @@ class VolcanoExtender:
         if isinstance(request.job, wire.JobInfo) and log.isEnabledFor(logging.DEBUG):
             job = request.job
             log.debug("jobEnqueueable %s/%s queue=%s minAvailable=%d: abstain",
-                      job.namespace, job.name, job.queue, job.min_available)
+                      job.namespace, job.name, job.queue, job.min_available,
+                      extra=about(namespace=job.namespace, verb="volcano/jobEnqueueable"))
         return ABSTAIN
 
 

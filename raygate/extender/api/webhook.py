@@ -15,6 +15,7 @@ import msgspec
 
 from raygate.extender.errors import BadRequest, MissingField
 from raygate.extender.http.routes import Route
+from raygate.extender.logs import about
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire import admission_review as wire
 from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE
@@ -74,7 +75,8 @@ def mutate_ray_pods(body: bytes) -> bytes:
         if ops:
             response.patch_type = "JSONPatch"
             response.patch = base64.b64encode(msgspec.json.encode(ops)).decode()
-            log.debug("marked %s/%s with %s", pod.metadata.namespace, pod.metadata.name, MARKER)
+            log.debug("marked %s/%s with %s", pod.metadata.namespace, pod.metadata.name, MARKER,
+                      extra=about(namespace=pod.metadata.namespace, pod=pod.metadata.name))
     return msgspec.json.encode(wire.AdmissionReviewOut(response=response))
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from raygate.extender.config.load import Loaded, Origin, authz_enabled
 from raygate.extender.config.settings import SETTINGS
+from raygate.extender.version import raygate_version
 from raygate.plugin.config import (
     policy_config_to_mapping,
 )
@@ -29,7 +30,8 @@ def render_config(loaded: Loaded, environ: Mapping[str, str]) -> str:
     settings, origins = loaded.settings, loaded.origins
     lines = ["# raygate serve: effective settings; each value's origin is the comment "
              "after it",
-             "# (precedence: flag > env RAYGATE_* > file > default)."]
+             "# (precedence: flag > env RAYGATE_* > file > default).",
+             f"# raygate {raygate_version()}"]
     source = ("the demo cluster" if settings.demo else
               "snapshot " + ", ".join(settings.snapshots) if settings.snapshots else
               f"kubeconfig {settings.kubeconfig}" if settings.kubeconfig else

@@ -169,6 +169,7 @@ class HttpApp:
                                    timer=self.async_timers.get(registered))
                 return
         timer = sync.timers.get(path, sync.other)
+        headers: list[tuple[bytes, bytes]] = []
         try:
             if route is None:
                 raise NotFound(f"no route {path}")
@@ -190,9 +191,10 @@ class HttpApp:
             return
         except Exception as exc:  # a RaygateError, or a bug: either way the peer gets a reply
             status, reply, content_type = sync.failed(exc, route, scope["method"], path, timer)
+            headers = _allow(exc)
         else:
             status, reply, content_type = sync.answer(route, scope["method"], path, body, timer)
-        await _send(send, status, _head(content_type, reply), reply, timer=timer,
+        await _send(send, status, [*_head(content_type, reply), *headers], reply, timer=timer,
                     started=started)
 
 
@@ -200,7 +202,14 @@ def _check_method(scope: Scope, method: bytes) -> None:
     if scope["method"].encode() != method and not (
         scope["method"] == "HEAD" and method == b"GET"
     ):
-        raise MethodNotAllowed(f"{scope['path']} accepts {method.decode()}")
+        # HEAD is answered wherever GET is (uvicorn sends the head without the body).
+        allow = "GET, HEAD" if method == b"GET" else method.decode()
+        raise MethodNotAllowed(f"{scope['path']} accepts {method.decode()}", allow)
+
+
+def _allow(error: Exception) -> list[tuple[bytes, bytes]]:
+    """The ``Allow`` header a 405 must carry (RFC 9110 §15.5.6); none for other errors."""
+    return [(b"allow", error.allow.encode())] if isinstance(error, MethodNotAllowed) else []
 
 
 def _head(content_type: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
@@ -241,7 +250,7 @@ async def _serve_async(
         # An API client asking for what does not exist (yet) is routine, not a warning.
         log.log(logging.DEBUG if isinstance(exc, NotFound) else logging.WARNING,
                 "%s %s: %s %s", scope["method"], scope["path"], status, exc)
-        response = Response(status, body, content_type)
+        response = Response(status, body, content_type, tuple(_allow(exc)))
         if timer is not None:
             timer.error(exc.reason)
     except Exception:

@@ -76,6 +76,14 @@ class Connection:
     description: str
     """Where raygate connects and how it learned to, for logs and ``/readyz``."""
 
+    def __post_init__(self) -> None:
+        # No urllib3 retries below raygate's own: each would log a warning (three per
+        # request by default) and triple every attempt against an API server that is
+        # down. The callers back off themselves (the watchers with jitter, up to 30 s;
+        # the authorizer answers 503 "retry shortly"); False also makes urllib3 raise the
+        # connection's own error rather than MaxRetryError around it.
+        self.configuration.retries = False
+
 
 @dataclass(frozen=True)
 class PodFiles:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from raygate.extender.kube.reachability import Reachability
 from raygate.extender.kube.resources import RESOURCES, Resource
 from raygate.extender.kube.transport import Transport, WatchSettings
 from raygate.extender.kube.watch import DELETED, KindWatcher
@@ -279,10 +280,12 @@ class LiveSource:
         cache.follow_writer(self.writer.set_policy)
         self._stop = threading.Event()
         rng = rng or random.Random()
+        self.reachability = Reachability(clock)
         self.watchers = [
             KindWatcher(r, transport, self.writer, self.sync.kinds[r.kind],
                         settings=self.settings, stop=self._stop,
-                        rng=random.Random(rng.random()), clock=clock)
+                        rng=random.Random(rng.random()), clock=clock,
+                        reachability=self.reachability)
             for r in self.resources
         ]
         self._threads: list[threading.Thread] = []

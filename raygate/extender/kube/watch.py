@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raygate.extender.kube.reachability import Reachability
 from raygate.extender.kube.resources import Resource, Served
 from raygate.extender.kube.transport import (
     ApiError,
@@ -40,6 +41,7 @@ from raygate.extender.kube.transport import (
     WatchStream,
     api_error,
 )
+from raygate.extender.logs import about
 from raygate.extender.state import convert
 from raygate.extender.state.keys import View, object_key
 from raygate.extender.state.snapshot import Snapshot
@@ -82,6 +84,7 @@ class KindWatcher:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         wait: Callable[[float], bool] | None = None,
+        reachability: Reachability | None = None,
     ) -> None:
         self.resource = resource
         self.transport = transport
@@ -93,6 +96,9 @@ class KindWatcher:
         self.clock = clock
         self._wait = wait or (lambda seconds: not stop.wait(seconds))
         self.backoff = Backoff(settings.backoff, self.rng)
+        self.reachability = reachability or Reachability(clock)
+        """Shared by the watchers of one API server (``LiveSource``): an outage is one
+        line, not one per kind and attempt."""
         self.resource_version = ""
         """The last version seen; a watch resumes from it."""
         self._stream: WatchStream | None = None
@@ -135,6 +141,7 @@ class KindWatcher:
                 for version in resource.versions:
                     served = resource.served(version)
                     plurals = self.transport.discover(served.group_version)
+                    self.reachability.answered()
                     if plurals is not None and resource.plural in plurals:
                         if self._absent_logged:
                             log.info("%s: %s is served now", self.kind, served)
@@ -205,6 +212,7 @@ class KindWatcher:
             try:
                 page = self.transport.list(served, self.settings.page_size, continue_)
             except Gone:
+                self.reachability.answered()
                 if not continue_:
                     raise
                 # The continue token outlived the API server's history (it holds the
@@ -213,6 +221,7 @@ class KindWatcher:
                 items.clear()
                 continue_ = ""
                 continue
+            self.reachability.answered()
             self.status.last_event = self.clock()
             for obj in page.items:
                 item = self._item(obj, held)
@@ -245,6 +254,7 @@ class KindWatcher:
         started = self.clock()
         received = 0
         stream = self.transport.watch(served, self.resource_version, timeout)
+        self.reachability.answered()
         self._stream = stream
         try:
             if self.stop.is_set():  # stopped while the watch was being opened
@@ -305,7 +315,10 @@ class KindWatcher:
             self.status.errors += 1
             self.status.last_error = f"{meta.namespace}/{meta.name}: {exc}"
             log.warning("%s %s/%s: cannot read it (%s); leaving it out", self.kind,
-                        meta.namespace, meta.name, exc)
+                        meta.namespace, meta.name, exc, extra=about(
+                            namespace=meta.namespace,
+                            pod=meta.name if self.kind == "Pod" else "",
+                            raycluster=meta.name if self.kind == "RayCluster" else ""))
             return None
         return view
 
@@ -335,6 +348,11 @@ class KindWatcher:
     def _failed(self, exc: Exception) -> None:
         self.status.errors += 1
         self.status.last_error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, TransportError):
+            self.reachability.failed(self.kind, str(exc), self.settings.backoff.maximum)
+            return
+        if isinstance(exc, ApiError):
+            self.reachability.answered()
         log.warning("%s: %s", self.kind, self.status.last_error)
 
     def _backoff(self) -> bool:

@@ -1,4 +1,5 @@
-"""Prometheus metrics, every name prefixed ``raygate_``, served on ``GET /metrics``.
+"""Prometheus metrics, served on ``GET /metrics``: raygate's own, every name prefixed
+``raygate_``, beside prometheus-client's standard ``process_*`` and ``python_*``.
 
 Each ``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one), so
 several servers in one process — the tests start many — count apart. The hot path pays
@@ -24,6 +25,9 @@ from typing import TYPE_CHECKING
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    GCCollector,
+    Info,
+    PlatformCollector,
     ProcessCollector,
     generate_latest,
 )
@@ -44,6 +48,7 @@ from raygate.extender.metrics.collectors import (
     LimitCollector,
     PodStates,
 )
+from raygate.extender.version import build_labels
 from raygate.plugin.placement import Decision, Rule
 
 if TYPE_CHECKING:
@@ -184,10 +189,12 @@ class VerbMetrics:
     """One scheduler verb's decision and fail-open counters, bound once."""
 
     __slots__ = ("decisions", "nodes_dropped", "refused", "unknown_nodes",
-                 "unknown_rayclusters", "unknown_victims", "victims_removed",
+                 "unknown_rayclusters", "unknown_victims", "verb", "victims_removed",
                  "victims_substituted")
 
     def __init__(self, metrics: Metrics, verb: str) -> None:
+        self.verb = verb
+        """``scheduler/filter``, ``volcano/predicate``, ...: the label, and the log field."""
         self.decisions = {rule: metrics.decisions.labels(verb, rule.value) for rule in Rule}
         self.refused = {rule: metrics.gpu_nodes_refused.labels(verb, rule.value)
                         for rule in Rule}
@@ -255,7 +262,14 @@ class Metrics:
             self.request_seconds, self.requests, self.request_errors, self.decisions,
             self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open,
             self.requests_timed_out]))
-        ProcessCollector(namespace="raygate", registry=r)
+        # The standard process_* and python_* families, under the names every dashboard
+        # and alert for a Python service already uses; on this registry, as the default
+        # one is never served.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        Info("raygate_build", "raygate's version and the Python running it; always 1.",
+             registry=r).info(build_labels())
         self._limits = LimitCollector()
         r.register(self._limits)
 

@@ -26,6 +26,7 @@ import grpc
 
 from raygate.client import GrpcAdmissionClient, HttpAdmissionClient, token_file
 from raygate.extender.errors import RaygateError
+from raygate.extender.logs import about
 from raygate.extender.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
 from raygate.extender.wire.admission_status import AdmissionStatus
 
@@ -158,7 +159,8 @@ class Advisor:
             return None
         if self._answering is not True:
             log.info("raygate at %s answers for RayCluster %s/%s: its advice applies",
-                     self.settings.url, self.namespace, self.name)
+                     self.settings.url, self.namespace, self.name,
+                     extra=about(namespace=self.namespace, raycluster=self.name))
         self._answering = True
         self._advice, self._fetched_at = advice, now
         return advice
@@ -179,7 +181,8 @@ class Advisor:
         if self._answering is not False:
             log.warning("raygate at %s gives no advice for RayCluster %s/%s (%s): the "
                         "autoscaler acts as stock until it does", self.settings.url,
-                        self.namespace, self.name, why, exc_info=error)
+                        self.namespace, self.name, why, exc_info=error,
+                        extra=about(namespace=self.namespace, raycluster=self.name))
         else:
             log.debug("raygate at %s: still no advice (%s)", self.settings.url, why)
         self._answering = False
