@@ -171,7 +171,7 @@ def run_http(scenarios: Sequence[HttpScenario], args: argparse.Namespace, wrk: s
                           f"p50 {m.p50_us:>9,.0f} µs  p99 {m.p99_us:>9,.0f} µs  "
                           f"{m.rps:>8,.0f} req/s  cpu {m.cpu_us_per_request:>7,.0f} µs/req  "
                           f"other {m.other_pct:.0f}%"
-                          + (f"  reuse {reuse_text(m.decision_reuse)}" if m.decision_reuse
+                          + (f"  reuse {reused}" if (reused := reuse_text(m.decision_reuse))
                              else ""), flush=True)
         info["waited_for_quiet_s"] = round(waited, 1)
         for s in scenarios:  # the same answers after the load as before it

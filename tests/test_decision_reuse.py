@@ -106,6 +106,10 @@ def reuse(metrics: Metrics, verb: str) -> tuple[float, float]:
             series[(f"scheduler/{verb}", "miss")].value)
 
 
+def counts(family: Any) -> dict[tuple[str, ...], float]:
+    return {labels: cell.value for labels, cell in family.series.items() if cell.value}
+
+
 def refused(reply: bytes) -> set[str]:
     return set(json.loads(reply)["FailedAndUnresolvableNodes"] or {})
 
@@ -140,8 +144,10 @@ steps = st.one_of(
 def test_replies_are_those_of_an_extender_that_never_reuses(
         first: World, script: list[tuple[str, Any]]) -> None:
     """Any sequence of requests, publishes and clock steps: every reply equals, byte for
-    byte, the reply of a new extender (an empty memo) asked the same on the same cache."""
-    scheduler, cache, _, clock = extender(first)
+    byte, the reply of a new extender (an empty memo) asked the same on the same cache,
+    and the decisions are counted the same."""
+    scheduler, cache, metrics, clock = extender(first)
+    fresh_metrics = Metrics()
     for kind, arg in script:
         if kind == "publish":
             cache.publish(arg.snapshot())
@@ -150,8 +156,10 @@ def test_replies_are_those_of_an_extender_that_never_reuses(
         else:
             verb, pod, names = arg
             request = body(pod, names)
-            fresh = SchedulerExtender(cache, clock)
+            fresh = SchedulerExtender(cache, clock, fresh_metrics)
             assert getattr(scheduler, verb)(request) == getattr(fresh, verb)(request), arg
+    for counted in ("decisions", "gpu_nodes_refused", "fail_open"):
+        assert counts(getattr(metrics, counted)) == counts(getattr(fresh_metrics, counted))
 
 
 # --- hits ---------------------------------------------------------------------------------
