@@ -200,12 +200,13 @@ def cycle_rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
                          f"{st['p99_us'] / 1000:.3f}", f"{st['mean_us'] / 1000:.3f}",
                          _f(1e6 / st["mean_us"]) if st["mean_us"] else "-",
                          f"{e['p50_us'] / 1000:.3f}" if e else "-",
-                         f"{e['p99_us'] / 1000:.3f}" if e else "-"))
+                         f"{e['p99_us'] / 1000:.3f}" if e else "-",
+                         reuse_text(s.decision_reuse) if contender == "raygate" else ""))
     return rows
 
 
 CYCLE_HEADER = ("cycle", "server", "p50 ms/pod", "p99 ms/pod", "mean ms/pod",
-                "pods/s ceiling", "2x healthz p50 ms", "2x healthz p99 ms")
+                "pods/s ceiling", "2x healthz p50 ms", "2x healthz p99 ms", "decision reuse")
 
 
 def micro_rows(micro: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
