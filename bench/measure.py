@@ -18,10 +18,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.contenders import REPO, BenchError, Server
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.contenders import REPO, BenchError, Server, request
 from bench.pyclient import measure as pyclient_warmup
 from bench.pyclient import percentile
 from bench.scenarios import HttpScenario
@@ -64,6 +66,9 @@ class Measurement:
     """CPU used by processes other than the server and the load generator, in % of all
     CPUs: other work on the machine; above ~10 % the numbers are noisy."""
     timeouts: int = 0
+    decision_reuse: dict[str, list[float]] = field(default_factory=dict)
+    """raygate's decision look-ups during the run, verb -> [hits, misses]
+    (``raygate_decision_reuse_total``); empty for the Go peer."""
 
 
 # --- wrk ----------------------------------------------------------------------------------
@@ -199,6 +204,7 @@ def run_one(server: Server, scenario: HttpScenario, steps: Steps, *, wrk: str | 
         pyclient_warmup(server.port, [[r.raw() for r in steps.requests]], 0.0, warmup_s)
     except (OSError, RuntimeError) as exc:
         raise BenchError(f"{server.name}: {scenario.key}: warm-up failed: {exc}") from None
+    reuse0 = decision_reuse(server)
     cpu0, (steal0, busy0, total0) = server.cpu_seconds(), _cpu_ticks()
     client0, t0 = _children_cpu(), time.perf_counter()
     if wrk is not None and not scenario.paired and steps.body_bytes < WRK_MAX_BODY:
@@ -218,6 +224,7 @@ def run_one(server: Server, scenario: HttpScenario, steps: Steps, *, wrk: str | 
     n_requests = units * (len(steps.requests) if scenario.paired else 1)
     if not server.alive():
         raise BenchError(f"{server.name} died during {scenario.key}:\n{server.log_tail()}")
+    reuse1 = decision_reuse(server)
     return Measurement(
         scenario=scenario.key, contender=server.name, pass_no=pass_no, tool=tool,
         connections=scenario.connections, units=units, requests=n_requests,
@@ -231,7 +238,29 @@ def run_one(server: Server, scenario: HttpScenario, steps: Steps, *, wrk: str | 
         steal_pct=100.0 * (steal1 - steal0) / max(total1 - total0, 1),
         other_pct=max(0.0, 100.0 * other / (wall * (os.cpu_count() or 1))),
         timeouts=int(stats.get("timeout", 0)),
+        decision_reuse={verb: [hits - reuse0.get(verb, [0.0, 0.0])[0],
+                               misses - reuse0.get(verb, [0.0, 0.0])[1]]
+                        for verb, (hits, misses) in reuse1.items()},
     )
+
+
+def decision_reuse(server: Server) -> dict[str, list[float]]:
+    """raygate's ``raygate_decision_reuse_total`` so far, verb -> [hits, misses], read from
+    its ``/metrics`` (outside the timed run); empty for the Go peer, which has none."""
+    if server.name != "raygate":
+        return {}
+    status, text = request(server.port, "GET", "/metrics", None)
+    if status != 200:
+        raise BenchError(f"raygate: GET /metrics answered {status}")
+    out: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text.decode()):
+        if family.name != "raygate_decision_reuse":
+            continue
+        for sample in family.samples:
+            if sample.name == "raygate_decision_reuse_total":
+                verb = sample.labels["verb"].removeprefix("scheduler/")
+                out.setdefault(verb, [0.0, 0.0])[sample.labels["result"] != "hit"] += sample.value
+    return out
 
 
 def _run_wrk(wrk: str, server: Server, scenario: HttpScenario, steps: Steps, *,

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.measure import Measurement
 from bench.scenarios import TARGETS, HttpScenario, Target, Verb
 
-__all__ = ["Summary", "evaluate_targets", "markdown", "plot", "summarize", "text_tables"]
+__all__ = ["Summary", "evaluate_targets", "markdown", "plot", "reuse_text", "summarize",
+           "text_tables"]
 
 METRICS = ("p50_us", "p99_us", "p999_us", "mean_us", "rps", "cpu_us_per_request", "cpu_pct",
            "rss_mb", "steal_pct", "other_pct")
@@ -37,12 +38,21 @@ class Summary:
     """contender -> metric -> median over passes."""
     spread: dict[str, float]
     """contender -> half the range of p50 over passes, in % of the median (noise)."""
+    decision_reuse: dict[str, list[float]] = field(default_factory=dict)
+    """raygate's decision look-ups over all passes, verb -> [hits, misses]."""
 
     def ratio(self, metric: str) -> float | None:
         a, b = self.stats.get("raygate", {}), self.stats.get("go", {})
         if metric not in a or metric not in b or not b[metric]:
             return None
         return a[metric] / b[metric]
+
+
+def reuse_text(reuse: dict[str, list[float]]) -> str:
+    """raygate's decision reuse hit rate per verb (``filter 0%, prioritize 100%``), so that
+    a scenario repeating one pod on an unchanging snapshot shows that it hits."""
+    return ", ".join(f"{verb} {100 * hits / (hits + misses):.0f}%"
+                     for verb, (hits, misses) in sorted(reuse.items()) if hits + misses)
 
 
 def summarize(scenarios: Sequence[HttpScenario], body_bytes: dict[str, int],
@@ -66,10 +76,16 @@ def summarize(scenarios: Sequence[HttpScenario], body_bytes: dict[str, int],
             p50s = [r.p50_us for r in runs]
             median = statistics.median(p50s)
             spread[contender] = 50.0 * (max(p50s) - min(p50s)) / median if median else 0.0
+        reuse: dict[str, list[float]] = {}
+        for run in by.get((s.key, "raygate"), []):
+            for verb, counts in run.decision_reuse.items():
+                total = reuse.setdefault(verb, [0.0, 0.0])
+                total[0] += counts[0]
+                total[1] += counts[1]
         if stats:
             out.append(Summary(s.key, s.verb.value, s.payload, s.size, s.pods_per_node,
                                s.connections, s.paired, body_bytes.get(s.key, 0), tool,
-                               passes, stats, spread))
+                               passes, stats, spread, reuse))
     return out
 
 
@@ -135,7 +151,8 @@ def _ratio(value: float | None) -> str:
 
 
 HEADER = ("scenario", "server", "p50", "p99", "p99.9", "req/s", "CPU µs/req", "CPU%",
-          "RSS MB", "other%", "steal%", "p50 r/g", "p99 r/g", "rps r/g", "tool")
+          "RSS MB", "other%", "steal%", "p50 r/g", "p99 r/g", "rps r/g", "tool",
+          "decision reuse")
 
 
 def _rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
@@ -147,12 +164,13 @@ def _rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
                 continue
             ratios = (_ratio(s.ratio("p50_us")), _ratio(s.ratio("p99_us")),
                       _ratio(s.ratio("rps")), s.tool) if i == 0 else ("", "", "", "")
+            reuse = reuse_text(s.decision_reuse) if contender == "raygate" else ""
             name = s.scenario if i == 0 or "raygate" not in s.stats else ""
             rows.append((name, contender, _us(st["p50_us"]), _us(st["p99_us"]),
                          _us(st["p999_us"]), _f(st["rps"]), _f(st["cpu_us_per_request"]),
                          _f(st["cpu_pct"]), _f(st["rss_mb"]), _f(st["other_pct"]),
                          _f(st["steal_pct"]),
-                         *ratios))
+                         *ratios, reuse))
     return rows
 
 
@@ -182,20 +200,24 @@ def cycle_rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
                          f"{st['p99_us'] / 1000:.3f}", f"{st['mean_us'] / 1000:.3f}",
                          _f(1e6 / st["mean_us"]) if st["mean_us"] else "-",
                          f"{e['p50_us'] / 1000:.3f}" if e else "-",
-                         f"{e['p99_us'] / 1000:.3f}" if e else "-"))
+                         f"{e['p99_us'] / 1000:.3f}" if e else "-",
+                         reuse_text(s.decision_reuse) if contender == "raygate" else ""))
     return rows
 
 
 CYCLE_HEADER = ("cycle", "server", "p50 ms/pod", "p99 ms/pod", "mean ms/pod",
-                "pods/s ceiling", "2x healthz p50 ms", "2x healthz p99 ms")
+                "pods/s ceiling", "2x healthz p50 ms", "2x healthz p99 ms", "decision reuse")
 
 
 def micro_rows(micro: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     return [(m["name"], _f(m["median_us"], 1), _f(m["min_us"], 1), _f(m["iqr_us"], 1),
-             str(m["rounds"])) for m in micro]
+             str(m["rounds"]),
+             f"{m['extra']['reuse_hit_pct']}%" if "reuse_hit_pct" in m["extra"] else "")
+            for m in micro]
 
 
-MICRO_HEADER = ("in-process (pytest-benchmark)", "median µs", "min µs", "IQR µs", "rounds")
+MICRO_HEADER = ("in-process (pytest-benchmark)", "median µs", "min µs", "IQR µs", "rounds",
+                "decision reuse")
 
 
 def target_rows(results: Sequence[TargetResult]) -> list[tuple[str, ...]]:
@@ -242,7 +264,8 @@ def markdown(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
             f"({meta['placement_note']}). Medians of {meta['plan']['passes']} passes of "
             f"{meta['plan']['duration_s']:g} s per measurement. Filter and cycle over node "
             f"names send {meta['rotated_pods']} distinct pods in turn; prioritize and "
-            "NodeList repeat one.")
+            "NodeList repeat one. Decision reuse: raygate's share of scheduler decisions "
+            "reused (the same pod on an unchanged snapshot), per verb.")
     parts = [head,
              _md(HEADER, [(r[0].replace(" | ", ", "), *r[1:]) for r in _rows(summaries)])]
     cycles = cycle_rows(summaries)

@@ -32,7 +32,15 @@ from typing import Any
 
 from bench.contenders import REPO, BenchError, Server, build_go_peer, go_toolchain, go_version
 from bench.measure import Measurement, find_wrk, run_one, wait_quiet, wrk_version
-from bench.report import as_json, evaluate_targets, markdown, plot, summarize, text_tables
+from bench.report import (
+    as_json,
+    evaluate_targets,
+    markdown,
+    plot,
+    reuse_text,
+    summarize,
+    text_tables,
+)
 from bench.scenarios import (
     CLUSTER_NODES,
     CONTENDERS,
@@ -162,7 +170,9 @@ def run_http(scenarios: Sequence[HttpScenario], args: argparse.Namespace, wrk: s
                     print(f"  pass {pass_no + 1}/{passes}  {s.key:<42} {name:<8} "
                           f"p50 {m.p50_us:>9,.0f} µs  p99 {m.p99_us:>9,.0f} µs  "
                           f"{m.rps:>8,.0f} req/s  cpu {m.cpu_us_per_request:>7,.0f} µs/req  "
-                          f"other {m.other_pct:.0f}%", flush=True)
+                          f"other {m.other_pct:.0f}%"
+                          + (f"  reuse {reused}" if (reused := reuse_text(m.decision_reuse))
+                             else ""), flush=True)
         info["waited_for_quiet_s"] = round(waited, 1)
         for s in scenarios:  # the same answers after the load as before it
             check(steps[s.key], servers["raygate"].port, servers["go"].port, s.key)
@@ -273,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "(each is new to raygate, as in a cluster); prioritize and NodeList repeat one")
         print("other% = CPU of other processes on the machine during the run, in % of all "
               "CPUs; steal% = hypervisor steal")
+        print("decision reuse = raygate's scheduler decisions reused during the timed run, "
+              "per verb (raygate_decision_reuse_total): the same pod on an unchanged "
+              "snapshot hits, a new pod or a new snapshot misses")
     noisy = [m for m in measurements if m.steal_pct > 5 or m.other_pct > 10]
     if noisy:
         print(f"WARNING: {len(noisy)} of {len(measurements)} measurements ran while other "

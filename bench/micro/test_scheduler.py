@@ -6,13 +6,17 @@ decode rows stand for both verbs."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import msgspec
 import pytest
 
-from bench.micro.conftest import NOW, Benchmark, Cluster
+from bench.micro.conftest import NOW, Benchmark, Cluster, cache_of
+from bench.payloads import extender_args
 from bench.scenarios import MICRO
+from raygate.extender.api.scheduler import SchedulerExtender
+from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state import convert
 from raygate.extender.wire import kube
 from raygate.extender.wire import scheduler as wire
@@ -93,18 +97,66 @@ def test_encode_prioritize_reply(benchmark: Benchmark, cluster: Cluster, count: 
     benchmark.extra_info["reply_bytes"] = len(out)
 
 
+def note_reuse(benchmark: Benchmark, metrics: Metrics, verb: str) -> None:
+    """The share of ``verb``'s decisions reused: one pod on one snapshot, as these rows
+    repeat, hits from the second call on."""
+    series = metrics.decision_reuse.series
+    hits = series[(f"scheduler/{verb}", "hit")].value
+    misses = series[(f"scheduler/{verb}", "miss")].value
+    benchmark.extra_info["reuse_hit_pct"] = round(100 * hits / (hits + misses))
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_verb_filter(benchmark: Benchmark, cluster: Cluster, shape: str) -> None:
-    """The whole verb for the floor pod: GPU nodes refused."""
+    """The whole verb for the floor pod: GPU nodes refused (one pod, repeated: the
+    decision is reused, as on kube-scheduler's retry of a pod)."""
     body = body_of(cluster, shape)
-    out = benchmark(cluster.scheduler.filter, body)
+    metrics = Metrics()
+    out = benchmark(SchedulerExtender(cluster.cache, lambda: NOW, metrics).filter, body)
     reply = json.loads(out)
     assert not reply["Error"] and reply["FailedAndUnresolvableNodes"]
+    note_reuse(benchmark, metrics, "filter")
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_verb_prioritize(benchmark: Benchmark, cluster: Cluster, shape: str) -> None:
-    """The whole verb for the overflow pod: CPU nodes 10, GPU nodes 0."""
+    """The whole verb for the overflow pod: CPU nodes 10, GPU nodes 0 (one pod, repeated:
+    the decision is reused, as after filter of the same pod)."""
     body = body_of(cluster, shape, floor=False)
-    out = benchmark(cluster.scheduler.prioritize, body)
+    metrics = Metrics()
+    out = benchmark(SchedulerExtender(cluster.cache, lambda: NOW, metrics).prioritize, body)
     assert {e["Score"] for e in json.loads(out)} == {0, 10}
+    note_reuse(benchmark, metrics, "prioritize")
+
+
+@pytest.mark.parametrize("count", MICRO.names)
+@pytest.mark.parametrize("snapshot", ["unchanged", "republished"])
+def test_verb_cycle(benchmark: Benchmark, cluster: Cluster, count: int, snapshot: str) -> None:
+    """kube-scheduler's cycle for one pod: filter, then prioritize over the names that
+    passed. The cache publishes a snapshot before each filter (the same objects, another
+    serial), so filter decides anew, as for a new pod; ``unchanged``: prioritize reuses
+    filter's decision; ``republished``: the cache publishes again before prioritize, which
+    decides anew too. Both publish twice per cycle: they differ only in the reuse."""
+    snapshots = [cluster.snapshot]
+    for _ in range(3):
+        snapshots.append(snapshots[-1].edit().finish())
+    cache = cache_of(snapshots[0])
+    metrics = Metrics()
+    scheduler = SchedulerExtender(cache, clock=lambda: NOW, metrics=metrics)
+    filter_body = cluster.names_body(cluster.overflow_pod, count)
+    passed = json.loads(scheduler.filter(filter_body))["NodeNames"]
+    prioritize_body = extender_args(cluster.overflow_pod, passed)
+    # filter on snapshots 0, 2, 0, 2, ...; prioritize on the same one or on 1, 3, 1, 3, ...
+    then = 0 if snapshot == "unchanged" else 1
+    cycles = itertools.count()
+
+    def cycle() -> bytes:
+        first = 2 * (next(cycles) % 2)
+        cache.publish(snapshots[first])
+        scheduler.filter(filter_body)
+        cache.publish(snapshots[first + then])
+        return scheduler.prioritize(prioritize_body)
+
+    out = benchmark(cycle)
+    assert {e["Score"] for e in json.loads(out)} == {0, 10}
+    note_reuse(benchmark, metrics, "prioritize")

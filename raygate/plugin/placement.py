@@ -60,6 +60,10 @@ class Decision:
     """The message a rejected GPU node gets: names raygate and the rule."""
     cluster_unknown: bool = False
     """A Ray pod whose RayCluster the cluster view lacks (decided as floor: fail safe)."""
+    clock_dependent: bool = False
+    """The clock took part (the group has a thrash guard, running or over): the same pod
+    and cluster view may be decided otherwise at another moment. Every other decision is
+    a function of the pod, the view and the config alone."""
 
     @property
     def refuses_gpu_nodes(self) -> bool:
@@ -104,10 +108,12 @@ def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) ->
         return _avoid(Rule.POLICY_NEVER, role,
                       f"CPU-only surplus worker; {role.reason}; policy keeps it off GPU nodes")
     until = thrash_guard_until(pod, view, config)
+    if until is None:
+        return _prefer(Rule.SURPLUS_PREFERS_CPU, role, "CPU-only surplus worker; " + role.reason)
     # The window is half-open, [preempted at, preempted at + window): at exactly
     # ``until`` the guard is over. A preemption stamped in the future (clock skew between
     # the API server and raygate) keeps the guard on.
-    if until is not None and now < until:
+    if now < until:
         ago = now - (until - config.thrash_guard_seconds)
         when = f"{ago:.0f}s ago" if ago >= 0 else f"{-ago:.0f}s in the future (clock skew)"
         return _avoid(
@@ -116,21 +122,25 @@ def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) ->
             f"CPU-only surplus worker; group {pod.group_key.group} lost a pod to scheduler "
             f"preemption on a GPU node {when}; the guard lasts "
             f"{config.thrash_guard_seconds:.0f}s",
+            clock_dependent=True,
         )
-    return _prefer(Rule.SURPLUS_PREFERS_CPU, role, "CPU-only surplus worker; " + role.reason)
+    return _prefer(Rule.SURPLUS_PREFERS_CPU, role, "CPU-only surplus worker; " + role.reason,
+                   clock_dependent=True)
 
 
-def _avoid(rule: Rule, role: RoleVerdict, reason: str) -> Decision:
+def _avoid(rule: Rule, role: RoleVerdict, reason: str, clock_dependent: bool = False
+           ) -> Decision:
     return Decision(
         Placement.AVOID_GPU, rule, role.role, reason,
         gpu_node_message=f"raygate: {rule.value}: GPU node refused to a {reason}",
-        cluster_unknown=role.cluster_unknown,
+        cluster_unknown=role.cluster_unknown, clock_dependent=clock_dependent,
     )
 
 
-def _prefer(rule: Rule, role: RoleVerdict, reason: str) -> Decision:
+def _prefer(rule: Rule, role: RoleVerdict, reason: str, clock_dependent: bool = False
+            ) -> Decision:
     return Decision(Placement.PREFER_CPU, rule, role.role, reason,
-                    cluster_unknown=role.cluster_unknown)
+                    cluster_unknown=role.cluster_unknown, clock_dependent=clock_dependent)
 
 
 def score(node_is_gpu: bool) -> int:

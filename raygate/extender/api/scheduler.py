@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from raygate.extender.api.decisions import decide_counted
+from raygate.extender.api.decisions import DecisionMemo, count_decision, decide_counted
 from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http.routes import Route
 from raygate.extender.logs import about
@@ -113,6 +113,7 @@ class SchedulerExtender:
         self.cache = cache
         self.clock = clock
         self.request_pods = RequestPods()
+        self.decisions = DecisionMemo()
         self.bind_metrics(metrics or Metrics())
 
     def bind_metrics(self, metrics: Metrics) -> None:
@@ -120,10 +121,25 @@ class SchedulerExtender:
         self._filter_metrics = metrics.verb("scheduler/filter")
         self._prioritize_metrics = metrics.verb("scheduler/prioritize")
         self._preempt_metrics = metrics.verb("scheduler/preempt")
+        reuse = metrics.decision_reuse
+        self._reuse = {verb: (reuse.labels(f"scheduler/{verb}", "hit"),
+                              reuse.labels(f"scheduler/{verb}", "miss"))
+                       for verb in ("filter", "prioritize")}
 
     def _decide(self, pod: PodView, snap: Snapshot, verb: str,
                 metrics: VerbMetrics) -> Decision:
-        return decide_counted(pod, snap, self.clock(), verb=verb, metrics=metrics, log=log)
+        """The decision for ``pod`` on ``snap``: the one already made for them (filter's,
+        for the prioritize that follows it) when the memo has it, else a new one."""
+        hits, misses = self._reuse[verb]
+        decision = self.decisions.get(pod, snap)
+        if decision is not None:
+            hits.inc()
+            count_decision(decision, pod, verb=verb, metrics=metrics, log=log)
+            return decision
+        misses.inc()
+        decision = decide_counted(pod, snap, self.clock(), verb=verb, metrics=metrics, log=log)
+        self.decisions.put(pod, snap, decision)
+        return decision
 
     def filter(self, body: bytes) -> bytes:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)

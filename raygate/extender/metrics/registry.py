@@ -258,10 +258,16 @@ class Metrics:
             "Connections closed because a request's head and body did not arrive within "
             "the header timeout (a stalled or very slow client), by listener.",
             ["listener"])
+        self.decision_reuse = _Counter(
+            "raygate_decision_reuse",
+            "Decision look-ups of kube-scheduler's verbs, by verb and result: hit (the same "
+            "pod was decided on the same snapshot, e.g. by filter before prioritize, and that "
+            "decision was reused) or miss (decided anew).",
+            ["verb", "result"])
         r.register(_Families([
             self.request_seconds, self.requests, self.request_errors, self.decisions,
             self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open,
-            self.requests_timed_out]))
+            self.requests_timed_out, self.decision_reuse]))
         # The standard process_* and python_* families, under the names every dashboard
         # and alert for a Python service already uses; on this registry, as the default
         # one is never served.
