@@ -57,7 +57,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import payloads
 from bench.contenders import build_go_peer, free_port, go_toolchain
-from testbed.api import Api
+from testbed.api import Api, ApiError
 from testbed.cluster import Testbed
 from testbed.processes import Process, wait_for
 
@@ -182,6 +182,9 @@ class Run:
     """Extension point to its (p50, p99) in ms."""
     floor_on_gpu: int = 0
     overflow_on_gpu: int = 0
+    prioritize_reuse: float = math.nan
+    """raygate's prioritize requests answered with filter's decision (its
+    ``raygate_decision_reuse_total``), a share; NaN for the others."""
 
 
 def quantile(buckets: list[tuple[float, float]], q: float) -> float:
@@ -198,6 +201,19 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float:
             return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
         lower, below = upper, count
     return lower
+
+
+def reuse_counts(text: str) -> dict[str, tuple[float, float]]:
+    """raygate's ``raygate_decision_reuse_total``: verb to (hits, misses)."""
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "raygate_decision_reuse_total":
+                hits, misses = out.get(sample.labels["verb"], (0.0, 0.0))
+                hit = sample.labels["result"] == "hit"
+                out[sample.labels["verb"]] = (hits + sample.value * hit,
+                                              misses + sample.value * (not hit))
+    return out
 
 
 def histograms(text: str, name: str, **match: str) -> dict[str, list[tuple[float, float]]]:
@@ -308,15 +324,35 @@ class Bench:
         done = threading.Event()
 
         def follow() -> None:
-            for _, pod in self.api.watch(path, listed["metadata"]["resourceVersion"]):
-                if pod["spec"].get("nodeName") and pod["metadata"]["name"] not in bound:
-                    bound[pod["metadata"]["name"]] = time.monotonic()
+            # kube-apiserver closes a watch that falls behind a burst ("Forcing pods watcher
+            # close due to unresponsiveness", ten events of buffer): watch again from the
+            # last version seen, as an informer does.
+            version = listed["metadata"]["resourceVersion"]
+            while True:
+                try:
+                    for _, pod in self.api.watch(path, version):
+                        version = pod["metadata"]["resourceVersion"]
+                        name = pod["metadata"]["name"]
+                        if pod["spec"].get("nodeName") and name not in bound:
+                            bound[name] = time.monotonic()
+                            if len(bound) == len(pods):
+                                done.set()
+                                return
+                except ApiError as exc:
+                    if exc.status != 410:
+                        raise
+                    listed_again = self.api.request("GET", path)
+                    version = listed_again["metadata"]["resourceVersion"]
+                    for pod in listed_again["items"]:
+                        if pod["spec"].get("nodeName"):
+                            bound.setdefault(pod["metadata"]["name"], time.monotonic())
                     if len(bound) == len(pods):
                         done.set()
                         return
 
         watcher = threading.Thread(target=follow, daemon=True)
         watcher.start()
+        reuse_before = self._reuse() if contender == "raygate" else {}
         port = free_port()
         kubeconfig = self.testbed.scheduler_configuration()["clientConnection"]["kubeconfig"]
         self.testbed.start_scheduler(SCHEDULER, self.config(contender), kubeconfig, port)
@@ -327,6 +363,12 @@ class Bench:
         times = sorted(bound.values())
         seconds = times[-1] - times[0]
         metrics = self._scrape(port)
+        prioritize_reuse = math.nan
+        if contender == "raygate":
+            hits0, misses0 = reuse_before.get("scheduler/prioritize", (0.0, 0.0))
+            hits1, misses1 = self._reuse().get("scheduler/prioritize", (0.0, 0.0))
+            asked = (hits1 - hits0) + (misses1 - misses0)
+            prioritize_reuse = (hits1 - hits0) / asked if asked else math.nan
         placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.api.items(path)}
         self.testbed.processes.pop(SCHEDULER).stop()
         self.api.request("DELETE", path, query=[("gracePeriodSeconds", "0")])
@@ -346,13 +388,19 @@ class Bench:
             1e3 * quantile(attempts, 0.5), 1e3 * quantile(attempts, 0.99),
             1e3 * quantile(algorithm, 0.5), 1e3 * quantile(algorithm, 0.99),
             {p: (1e3 * quantile(b, 0.5), 1e3 * quantile(b, 0.99)) for p, b in points.items()},
-            floor_on_gpu, overflow_on_gpu)
+            floor_on_gpu, overflow_on_gpu, prioritize_reuse)
         self.say(f"{node_count} nodes, {contender}, run {run}: {result.pods_per_second:.1f} "
                  f"pods/s ({seconds:.1f} s), floor on GPU {floor_on_gpu}, "
-                 f"overflow on GPU {overflow_on_gpu}")
+                 f"overflow on GPU {overflow_on_gpu}"
+                 + ("" if math.isnan(prioritize_reuse) else
+                    f", prioritize reusing filter's decision {100 * prioritize_reuse:.0f} %"))
         if contender in APPLIES_THE_RULE and floor_on_gpu:
             raise RuntimeError(f"{contender}: {floor_on_gpu} floor workers placed on GPU nodes")
         return result
+
+    def _reuse(self) -> dict[str, tuple[float, float]]:
+        with urllib.request.urlopen(f"{self.testbed.raygate_url}/metrics", timeout=10) as reply:
+            return reuse_counts(reply.read().decode())
 
     def _scrape(self, port: int) -> str:
         insecure = ssl.create_default_context()
@@ -400,6 +448,7 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
                                          for r in mine]),
                 "floor_on_gpu": max(r.floor_on_gpu for r in mine),
                 "overflow_on_gpu": _median([float(r.overflow_on_gpu) for r in mine]),
+                "prioritize_reuse": _median([r.prioritize_reuse for r in mine]),
             })
     return rows
 
@@ -415,17 +464,19 @@ def _median(values: list[float]) -> float:
 def markdown(rows: list[dict[str, Any]], pods: int) -> str:
     lines = [f"| nodes | contender | pods/s (median; runs) | cost | attempt p50 / p99 (ms) "
              f"| algorithm p50 / p99 (ms) | Filter / Score plugins p99 (ms) "
-             f"| floor / overflow on GPU (of {pods}) |",
-             "|---:|---|---|---:|---|---|---|---|"]
+             f"| floor / overflow on GPU (of {pods}) | prioritize reusing filter's decision |",
+             "|---:|---|---|---:|---|---|---|---|---:|"]
     for r in rows:
         cost = "—" if r["contender"] == "none" else f"{100 * r['cost']:.1f} %"
+        reuse = "" if math.isnan(r["prioritize_reuse"]) else f"{100 * r['prioritize_reuse']:.0f} %"
         lines.append(
             f"| {r['nodes']:,} | {r['contender']} | {r['pods_per_second']:.1f} "
             f"({', '.join(map(str, r['runs_pods_per_second']))}) | {cost} "
             f"| {r['attempt_p50_ms']:.1f} / {r['attempt_p99_ms']:.1f} "
             f"| {r['algorithm_p50_ms']:.1f} / {r['algorithm_p99_ms']:.1f} "
             f"| {r['filter_p99_ms']:.2f} / {r['score_p99_ms']:.2f} "
-            f"| {r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f} |")
+            f"| {r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f} "
+            f"| {reuse} |")
     return "\n".join(lines) + "\n"
 
 
