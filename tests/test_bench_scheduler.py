@@ -8,7 +8,8 @@ import math
 import pytest
 
 from bench import payloads
-from bench.scheduler_throughput import histograms, quantile, rayclusters, worker_pods
+from bench.scheduler_objects import rayclusters, worker_pods
+from bench.scheduler_report import histograms, quantile
 
 NAME = "scheduler_framework_extension_point_duration_seconds"
 

@@ -1,0 +1,85 @@
+"""The objects of ``bench.scheduler_throughput``: the nodes, RayClusters and pending Ray
+worker pods it creates through the API, made from ``bench.payloads`` as a client sends
+them (no server-set metadata, no status but a Node's)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from bench import payloads
+
+__all__ = ["FLOOR_SHARE", "NAMESPACE", "SCHEDULER", "nodes", "rayclusters", "worker_pods"]
+
+Obj = dict[str, Any]
+NAMESPACE = "ray"
+SCHEDULER = "ray-scheduler"
+FLOOR_SHARE = 0.2
+"""Of each RayCluster's workers, those of the floor group (replicas = minReplicas)."""
+PODS_PER_CLUSTER = 200
+
+
+def _clean(obj: Obj) -> Obj:
+    """What a client sends: no server-set metadata, no status."""
+    obj = copy.deepcopy(obj)
+    for key in ("uid", "resourceVersion", "creationTimestamp", "generation"):
+        obj["metadata"].pop(key, None)
+    obj.pop("status", None)
+    return obj
+
+
+def nodes(count: int) -> list[Obj]:
+    gpu = payloads.snapshot_gpu_node_names(payloads.cluster_snapshot(count))
+    out = []
+    for i, name in enumerate(payloads.node_names(count)):
+        body = payloads.node(name, i, name in gpu)
+        for key in ("uid", "resourceVersion", "creationTimestamp"):
+            body["metadata"].pop(key, None)
+        out.append(body)  # status kept: the API server keeps a new Node's status
+    return out
+
+
+def rayclusters(pods: int) -> list[Obj]:
+    count = max(1, pods // PODS_PER_CLUSTER)
+    out = []
+    for c in range(count):
+        body = _clean(payloads.raycluster())
+        body["metadata"].update(name=f"bench-{c}", namespace=NAMESPACE)
+        per = pods // count + (1 if c < pods % count else 0)
+        floor = max(1, int(per * FLOOR_SHARE))
+        for group in body["spec"]["workerGroupSpecs"]:
+            if group["groupName"] == payloads.FLOOR_GROUP:
+                group.update(replicas=floor, minReplicas=floor, maxReplicas=floor)
+            else:
+                group.update(replicas=per - floor, minReplicas=0, maxReplicas=per)
+        out.append(body)
+    return out
+
+
+def worker_pods(clusters: list[Obj], run: str) -> list[Obj]:
+    """The pending workers KubeRay would create for ``clusters``, named per run."""
+    out = []
+    for rc in clusters:
+        name, uid = rc["metadata"]["name"], rc["metadata"]["uid"]
+        for group in rc["spec"]["workerGroupSpecs"]:
+            for i in range(group["replicas"]):
+                pod = _clean(payloads.ray_worker_pod(group["groupName"], index=i))
+                meta = pod["metadata"]
+                meta.pop("generateName", None)
+                meta["name"] = f"{name}-{group['groupName']}-{run}-{i}"
+                meta["namespace"] = NAMESPACE
+                for key in ("app.kubernetes.io/instance", "ray.io/cluster"):
+                    meta["labels"][key] = name
+                meta["ownerReferences"][0].update(name=name, uid=uid)
+                spec = pod["spec"]
+                spec["schedulerName"] = SCHEDULER
+                spec.pop("nodeName", None)
+                # The seed's clusters: Ray pods tolerate the GPU taint (a blanket toleration,
+                # or one copied from a GPU group), so only a scheduler-side rule keeps them off.
+                spec["tolerations"].append({"key": payloads.GPU_RESOURCE, "operator": "Exists",
+                                            "effect": "NoSchedule"})
+                anti = spec["affinity"]["podAntiAffinity"]
+                anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+                    "labelSelector"]["matchLabels"]["ray.io/cluster"] = name
+                out.append(pod)
+    return out
