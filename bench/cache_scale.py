@@ -41,7 +41,7 @@ Run::
 
     .venv/bin/python -m bench.cache_scale              # 5,000 nodes, 150,000 pods
     .venv/bin/python -m bench.cache_scale --fast       # 500 nodes, 5,000 pods, 200 changes
-                                                       # (~2 min)
+                                                       # (2-3 min)
     .venv/bin/python -m bench.cache_scale --nodes 2000 --pods 60000 --json out.json
 
 The testbed's binaries must be built (``python -m testbed build``; cached).
