@@ -105,11 +105,14 @@ class Testbed:
     __test__ = False  # not a test class, whatever pytest's collector thinks of the name
 
     def __init__(self, workdir: Path, *, raygate: bool = True,
-                 control_plane_only: bool = False) -> None:
+                 control_plane_only: bool = False,
+                 etcd_quota_bytes: int | None = None) -> None:
         """``control_plane_only``: etcd, kube-apiserver and the CRDs, nothing applied and
-        nothing else running (a blank cluster to check manifests against)."""
+        nothing else running (a blank cluster to check manifests against).
+        ``etcd_quota_bytes``: etcd's ``--quota-backend-bytes`` (its default is 2 GiB)."""
         self.workdir = workdir
         self.control_plane_only = control_plane_only
+        self.etcd_quota_bytes = etcd_quota_bytes
         self.logs = workdir / "logs"
         self.ports = Ports()
         self.with_raygate = raygate
@@ -214,6 +217,8 @@ class Testbed:
             # (410 Gone), as they do in a cluster that runs for hours.
             "--auto-compaction-mode=periodic", "--auto-compaction-retention=1m",
             "--unsafe-no-fsync",  # a test cluster: speed over durability
+            *([f"--quota-backend-bytes={self.etcd_quota_bytes}"]
+              if self.etcd_quota_bytes else []),
         ])
         wait_for("etcd", lambda: json.loads(
             urllib.request.urlopen(f"{client}/health", timeout=2).read())["health"] == "true",
