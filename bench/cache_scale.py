@@ -62,7 +62,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -176,43 +177,21 @@ class ApiPool:
 def concurrently(items: Iterable[T], work: Callable[[T], None], workers: int,
                  what: str) -> tuple[int, float]:
     """``work(item)`` for every item on ``workers`` threads; (items, seconds). The first
-    failure stops the rest and is raised."""
-    source: Iterator[T] = iter(items)
-    lock = threading.Lock()
+    failure cancels what has not started and is raised."""
+    started = last_report = time.perf_counter()
     done = 0
-    failure: list[BaseException] = []
-    started = time.perf_counter()
-    last_report = [started]
-
-    def worker() -> None:
-        nonlocal done
-        while not failure:
-            with lock:
-                try:
-                    item = next(source)
-                except StopIteration:
-                    return
-            try:
-                work(item)
-            except BaseException as exc:
-                failure.append(exc)
-                return
-            with lock:
+    with ThreadPoolExecutor(workers, thread_name_prefix="load") as pool:
+        try:
+            for _ in pool.map(work, items):
                 done += 1
                 now = time.perf_counter()
-                if now - last_report[0] >= 15:
-                    last_report[0] = now
+                if now - last_report >= 15:
+                    last_report = now
                     print(f"  {what}: {done:,} in {now - started:.0f}s "
                           f"({done / (now - started):,.0f}/s)", flush=True)
-
-    threads = [threading.Thread(target=worker, name=f"load-{i}", daemon=True)
-               for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failure:
-        raise failure[0]
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
     return done, time.perf_counter() - started
 
 
