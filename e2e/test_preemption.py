@@ -13,6 +13,8 @@ added, and are bound to it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from e2e import report
@@ -86,6 +88,26 @@ def victims(scenario: Scenario) -> list[str]:
     return sorted(h.name for h in scenario.history() if h.disruption == "PreemptionByScheduler")
 
 
+def assert_untouched(scenario: Scenario, floor: list[str]) -> dict[str, Any]:
+    """The guard (``volcano.sh/preemptable: "false"``) and the floor survived the job;
+    returns the guard."""
+    guard = scenario.live_pods("app=guard")[0]
+    assert not guard["metadata"].get("deletionTimestamp")
+    assert sorted(p["metadata"]["name"] for p in scenario.running("baseline")
+                  + scenario.running("headgroup")) == floor, "the floor is untouched"
+    return guard
+
+
+def pending_replacements(scenario: Scenario, victims: list[str]) -> list[str]:
+    """KubeRay's replacements of ``victims``, once it has made them (``bring_up``'s three
+    overflow workers again), that are not bound yet."""
+    wait_until(f"{len(victims)} replacements created", lambda: len(
+        [p for p in scenario.group_pods("overflow")
+         if p["metadata"]["name"] not in victims]) == 3, timeout=90)
+    return sorted(p["metadata"]["name"] for p in scenario.group_pods("overflow")
+                  if p["metadata"]["name"] not in victims and not p["spec"].get("nodeName"))
+
+
 def test_gpu_job_preempts_overflow_workers_never_the_floor(
         scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
     name = scenario.name
@@ -96,19 +118,11 @@ def test_gpu_job_preempts_overflow_workers_never_the_floor(
         on_gpu, floor = bring_up(scenario, "ray-scheduler",
                                  tolerating_gpu_groups(baseline=2, overflow=0))
         assert victims(scenario) == on_gpu, "raygate gave the other overflow worker, not the guard"
-        guard = scenario.live_pods("app=guard")[0]
-        assert not guard["metadata"].get("deletionTimestamp")
-        assert guard["spec"]["nodeName"] == gpu_node
-        assert sorted(p["metadata"]["name"] for p in scenario.running("baseline")
-                      + scenario.running("headgroup")) == floor, "the floor is untouched"
+        assert assert_untouched(scenario, floor)["spec"]["nodeName"] == gpu_node
 
         # KubeRay replaces each victim once; the thrash guard keeps them off the GPU
         # node, and the CPU nodes have no room: they wait for capacity.
-        wait_until("2 replacements created", lambda: len(
-            [p for p in scenario.group_pods("overflow")
-             if p["metadata"]["name"] not in on_gpu]) == 3, timeout=90)
-        replacements = sorted(p["metadata"]["name"] for p in scenario.group_pods("overflow")
-                              if not p["spec"].get("nodeName"))
+        replacements = pending_replacements(scenario, on_gpu)
         assert len(replacements) == 2
         for pod in replacements:
             admission.wait_for_state(pod, "WaitingForCapacity")

@@ -21,7 +21,7 @@ from e2e.admission import AdmissionRecorder
 from e2e.gangs import GangRecorder, events
 from e2e.objects import node, raycluster, tolerating_gpu_groups
 from e2e.scenario import Scenario, wait_until
-from e2e.test_preemption import bring_up, priority_class
+from e2e.test_preemption import assert_untouched, bring_up, pending_replacements, priority_class
 from raygate.extender.wire.admission_status import AdmissionStatus
 from testbed.cluster import Testbed
 
@@ -114,17 +114,9 @@ def test_volcano_preempts_overflow_never_the_floor(
                                  tolerating_gpu_groups(baseline=2, overflow=0), QUEUE)
         evicted = sorted(h.name for h in scenario.history() if h.deleting is not None)
         assert evicted == on_gpu, "Volcano evicted the two overflow workers, not the guard"
-        guard = scenario.live_pods("app=guard")[0]
-        assert not guard["metadata"].get("deletionTimestamp")
-        assert sorted(p["metadata"]["name"] for p in scenario.running("baseline")
-                      + scenario.running("headgroup")) == floor, "the floor is untouched"
+        assert_untouched(scenario, floor)
 
-        wait_until("2 replacements created", lambda: len(
-            [p for p in scenario.group_pods("overflow")
-             if p["metadata"]["name"] not in on_gpu]) == 3, timeout=90)
-        replacements = sorted(p["metadata"]["name"] for p in scenario.group_pods("overflow")
-                              if p["metadata"]["name"] not in on_gpu
-                              and not p["spec"].get("nodeName"))
+        replacements = pending_replacements(scenario, on_gpu)
         assert len(replacements) == 2, "exactly one replacement per victim"
         scenario.add_node(node(f"{name}-cpu-c", name, cpu=8))
         scenario.step(f"added {name}-cpu-c")
