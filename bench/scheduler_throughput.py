@@ -36,7 +36,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -54,7 +53,7 @@ from typing import Any
 import yaml
 
 from bench import payloads
-from bench.contenders import build_go_peer, free_port, go_toolchain
+from bench.contenders import Server, build_go_peer, free_port, go_toolchain
 from bench.scheduler_objects import NAMESPACE, SCHEDULER, nodes, rayclusters, worker_pods
 from bench.scheduler_report import (
     CONTENDERS,
@@ -82,7 +81,7 @@ LABELS: dict[str, dict[str, Any]] = {
 
 # --- the run ----------------------------------------------------------------------------
 
-def pin(process: Process | subprocess.Popen[bytes] | None, cpu: int) -> None:
+def pin(process: Process | None, cpu: int) -> None:
     """Every thread of ``process`` (and the threads it starts later) on ``cpu``."""
     if process is None or process.pid is None or cpu >= (os.cpu_count() or 1):
         return
@@ -90,22 +89,12 @@ def pin(process: Process | subprocess.Popen[bytes] | None, cpu: int) -> None:
                    capture_output=True)
 
 
-def wait_port(port: int, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} is not listening on {port}")
-
-
 class Bench:
     def __init__(self, workdir: Path, pods: int) -> None:
         self.testbed = Testbed(workdir, raygate=False, control_plane_only=True)
         self.pods = pods
         self.extenders: dict[str, str] = {}
-        self.peers: list[subprocess.Popen[bytes]] = []
+        self.peers: list[Server] = []
 
     def start(self, node_count: int) -> None:
         testbed = self.testbed.start()
@@ -139,20 +128,20 @@ class Bench:
         items = [{"apiVersion": "v1", "kind": "Node", **n}
                  for n in self.api.items("/api/v1/nodes")] + self.clusters
         snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-        for name, args in (("go-peer", ["-snapshot", str(snapshot)]), ("empty", ["-empty"])):
-            port = free_port()
-            log = (self.testbed.logs / f"{name}.log").open("ab")
-            peer = subprocess.Popen([str(binary), *args, "-addr", f"127.0.0.1:{port}"],
-                                    stdout=log, stderr=subprocess.STDOUT)
-            self.peers.append(peer)
-            wait_port(port, name)
-            pin(peer, 1)
-            self.extenders[name] = f"http://127.0.0.1:{port}/scheduler"
+        workdir = self.testbed.logs
+        peer = Server.go(binary, snapshot, workdir, cpus="1")
+        port = free_port()
+        empty = Server("empty", [str(binary), "-empty", "-addr", f"127.0.0.1:{port}"], port,
+                       ready_path="/healthz", log=workdir / "empty.log", cpus="1",
+                       env=peer.env)
+        for name, server in (("go-peer", peer), ("empty", empty)):
+            server.start()
+            self.peers.append(server)
+            self.extenders[name] = f"http://127.0.0.1:{server.port}/scheduler"
 
     def stop(self) -> None:
         for peer in self.peers:
-            peer.terminate()
-            peer.wait(10)
+            peer.stop()
         self.testbed.stop()
 
     def say(self, text: str) -> None:
@@ -177,8 +166,8 @@ class Bench:
             if not process.alive:
                 raise RuntimeError(f"{name} exited ({process.returncode}):\n{process.tail()}")
         for peer in self.peers:
-            if peer.poll() is not None:
-                raise RuntimeError(f"a Go peer exited ({peer.returncode})")
+            if not peer.alive():
+                raise RuntimeError(f"{peer.name} exited:\n{peer.log_tail()}")
 
     def once(self, node_count: int, contender: str, run: int) -> Run:
         pods = worker_pods(self.clusters, f"r{run}{contender[:2]}")

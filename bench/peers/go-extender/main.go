@@ -462,6 +462,12 @@ func emptyPrioritize(w http.ResponseWriter, r *http.Request) {
 	reply(w, []HostPriority{})
 }
 
+func healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", "15")
+	io.WriteString(w, `{"status":"ok"}`)
+}
+
 // volcanoGPU classifies a Volcano NodeInfo: by the snapshot when it knows the node, else
 // by the Node object inside (absent: not a GPU node).
 func (s *server) volcanoGPU(n *NodeInfo) (bool, error) {
@@ -534,6 +540,7 @@ func main() {
 		mux := http.NewServeMux()
 		mux.HandleFunc("POST /scheduler/filter", emptyFilter)
 		mux.HandleFunc("POST /scheduler/prioritize", emptyPrioritize)
+		mux.HandleFunc("GET /healthz", healthz)
 		log.Printf("go-extender: empty; listening on %s", *addr)
 		log.Fatal(http.ListenAndServe(*addr, mux))
 	}
@@ -547,11 +554,7 @@ func main() {
 	mux.HandleFunc("POST /scheduler/prioritize", s.prioritize)
 	mux.HandleFunc("POST /volcano/predicate", s.volcanoPredicate)
 	mux.HandleFunc("POST /volcano/prioritize", s.volcanoPrioritize)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", "15")
-		io.WriteString(w, `{"status":"ok"}`)
-	})
+	mux.HandleFunc("GET /healthz", healthz)
 	log.Printf("go-extender: %d nodes, %d RayClusters; listening on %s", len(c.gpu), len(c.rayclusters), *addr)
 	log.Fatal(http.ListenAndServe(*addr, mux))
 }
