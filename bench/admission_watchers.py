@@ -128,7 +128,7 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     from raygate.extender.server import RaygateServer, bind_socket
     from raygate.extender.state import convert
     from raygate.extender.state.cache import ClusterCache
-    from raygate.extender.state.snapshot import Snapshot
+    from raygate.extender.state.editor import build_snapshot
     from raygate.extender.state.snapshot_files import load_text
     from raygate.extender.wire import kube
     from raygate.plugin.config import PolicyConfig
@@ -138,7 +138,7 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     config = PolicyConfig()
     base = load_text(snapshot_file.read_text(), str(snapshot_file))
     variants = [
-        Snapshot(dataclasses.replace(base, pods=(*base.pods, convert.pod_view(
+        build_snapshot(dataclasses.replace(base, pods=(*base.pods, convert.pod_view(
             msgspec.convert(_pending_pod(i), kube.Pod, strict=False)))), config)
         for i in range(VARIANTS)]
     cache = ClusterCache(config, "bench")

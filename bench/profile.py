@@ -31,7 +31,7 @@ from bench.payloads import (
 from bench.scenarios import CLUSTER_NODES
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.snapshot import Snapshot
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot_files import load_text
 from raygate.plugin.config import PolicyConfig
 
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args(argv)
     objects = cluster_snapshot(CLUSTER_NODES)
-    snapshot = Snapshot(load_text(json.dumps(objects), "bench"), PolicyConfig())
+    snapshot = build_snapshot(load_text(json.dumps(objects), "bench"), PolicyConfig())
     cache = ClusterCache(snapshot.config, "bench")
     cache.publish(snapshot)
     scheduler = SchedulerExtender(cache)

@@ -21,6 +21,7 @@ import uvloop
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import PolicyConfig
@@ -40,7 +41,7 @@ class FakeClock:
 def snapshot_of(*objects: Obj, config: PolicyConfig | None = None) -> Snapshot:
     """Objects through the real loader (as a `kubectl get -o json` List) into a snapshot."""
     loaded = load_text(json.dumps(object_list(*objects)), "test")
-    return Snapshot(loaded, config or PolicyConfig())
+    return build_snapshot(loaded, config or PolicyConfig())
 
 
 class ServerThread:
@@ -119,7 +120,7 @@ def start_demo_server() -> ServerThread:
     is past the 300 s thrash guard."""
     config = PolicyConfig()
     cache = ClusterCache(config, "demo")
-    cache.publish(Snapshot(load_text(demo_text(), "demo"), config))
+    cache.publish(build_snapshot(load_text(demo_text(), "demo"), config))
     thread = ServerThread(cache, FakeClock(T0_EPOCH + 40 * 60))
     thread.start()
     return thread

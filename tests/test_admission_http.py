@@ -465,11 +465,11 @@ DEMO_NOW = T0_EPOCH + 86_400  # any time after the demo's events: no preemption 
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[ServerThread]:
-    from raygate.extender.state.snapshot import Snapshot
+    from raygate.extender.state.editor import build_snapshot
     from raygate.extender.state.snapshot_files import demo_text, load_text
 
     cache = ClusterCache(PolicyConfig(), "demo cluster")
-    cache.publish(Snapshot(load_text(demo_text(), "demo"), PolicyConfig()))
+    cache.publish(build_snapshot(load_text(demo_text(), "demo"), PolicyConfig()))
     thread = ServerThread(cache, FakeClock(DEMO_NOW))
     thread.start()
     yield thread

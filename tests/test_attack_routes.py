@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from raygate.extender.api.webhook import MARKER
 from raygate.extender.server import WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.snapshot import Snapshot
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import PolicyConfig
 from tests.builders import T0_EPOCH, make_pod
@@ -620,7 +620,7 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     listener = WebhookListener(bind_socket("127.0.0.1", 0), str(cert_file), str(key_file))
     config = PolicyConfig()
     cache = ClusterCache(config, "demo")
-    cache.publish(Snapshot(load_text(demo_text(), "demo"), config))
+    cache.publish(build_snapshot(load_text(demo_text(), "demo"), config))
     thread = ServerThread(cache, FakeClock(T0_EPOCH), webhook=listener)
     thread.start()
     context = ssl.create_default_context()

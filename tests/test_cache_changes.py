@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from raygate.extender.api.admission import AdmissionService
 from raygate.extender.kube.source import CacheWriter
 from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.editor import SnapshotEditor, build_snapshot
 from raygate.extender.state.keys import NODE, POD, ClusterObjects, View, key_of
 from raygate.extender.state.snapshot import Changes, Snapshot
 from raygate.extender.state.sync import SyncStatus
@@ -32,7 +33,7 @@ NOTHING = Changes(frozenset(), frozenset())
 
 
 def edited(base: Snapshot, *views: View) -> Snapshot:
-    editor = base.edit()
+    editor = SnapshotEditor(base)
     for view in views:
         editor.upsert(view, "1")
     return editor.finish()
@@ -44,7 +45,7 @@ def ray_pod(uid: str, cluster: str, group: str = "g0", node_name: str = "cpu-0")
                    phase="Running")
 
 
-BASE = Snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0"))), CONFIG)
+BASE = build_snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0"))), CONFIG)
 
 
 @pytest.mark.parametrize(("views", "clusters", "podgroups"), [
@@ -71,7 +72,7 @@ def test_a_preemption_record_changes_its_cluster_even_after_the_pod_is_gone() ->
     from tests.test_cache_edit import DISRUPTED
     pod = replace(ray_pod("a", "c0", node_name="gpu-0"), conditions=(DISRUPTED,))
     snap = edited(BASE, pod)
-    editor = snap.edit()
+    editor = SnapshotEditor(snap)
     editor.delete(POD, "a")
     assert editor.finish().changes == Changes(frozenset({("ray", "c0")}), frozenset())
     assert snap.preemptions(GroupKey("ray", "c0", "g0"))
@@ -90,14 +91,14 @@ def test_the_cache_chains_changes_across_publishes_and_knows_when_it_cannot() ->
                                                            frozenset())
     assert cache.changes_between(second, second) == NOTHING
     # A snapshot built whole, or one never published in between: nobody knows.
-    whole = Snapshot(ClusterObjects(nodes=(node("cpu-0"),)), CONFIG)
+    whole = build_snapshot(ClusterObjects(nodes=(node("cpu-0"),)), CONFIG)
     cache.publish(whole)
     assert cache.changes_between(second, whole) is None
     assert cache.changes_between(Snapshot.empty(CONFIG), second) is None
 
 
 def test_a_bulk_load_of_pods_is_not_itemised() -> None:
-    editor = BASE.edit()
+    editor = SnapshotEditor(BASE)
     editor.replace(POD, [("1", ray_pod("a", "c0"))])
     assert editor.finish().changes is None
 
@@ -113,7 +114,7 @@ def test_statuses_that_trust_the_changes_equal_statuses_derived_afresh(
     service = AdmissionService(cache, lambda: now[0])
     snap = Snapshot.empty(CONFIG)
     cache.publish(snap)
-    editor = snap.edit()
+    editor = SnapshotEditor(snap)
 
     def check() -> None:
         fresh = admission_statuses(cache.snapshot, CONFIG, now[0])
@@ -125,7 +126,7 @@ def test_statuses_that_trust_the_changes_equal_statuses_derived_afresh(
         if i in cuts:
             cache.publish(editor.finish())
             check()
-            editor = cache.snapshot.edit()
+            editor = SnapshotEditor(cache.snapshot)
         if i in ticks:  # time alone may change a status (a pod turning Stuck)
             now[0] += 400.0
         if op == "upsert":
@@ -142,7 +143,7 @@ RELABELLED = PolicyConfig(gpu_node_labels={"example.com/accelerator": "true"})
 
 def test_set_policy_reclassifies_a_snapshot_source() -> None:
     cache = ClusterCache(CONFIG, "test")
-    cache.publish(Snapshot(ClusterObjects(nodes=(GPU_LABELLED, node("gpu-0"))), CONFIG))
+    cache.publish(build_snapshot(ClusterObjects(nodes=(GPU_LABELLED, node("gpu-0"))), CONFIG))
     assert cache.snapshot.gpu_node_names == {"gpu-0"}
     cache.set_policy(RELABELLED)
     assert cache.snapshot.config is RELABELLED

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raygate.extender.state.editor import SnapshotEditor, build_snapshot
 from raygate.extender.state.keys import (
     NODE,
     POD,
@@ -97,7 +98,7 @@ def whole(state: dict[tuple[str, object], View]) -> Snapshot:
     by_kind: dict[str, list[View]] = {}
     for (kind, _), view in state.items():
         by_kind.setdefault(kind, []).append(view)
-    return Snapshot(ClusterObjects(
+    return build_snapshot(ClusterObjects(
         nodes=tuple(v for v in by_kind.get(NODE, []) if isinstance(v, NodeView)),
         pods=tuple(v for v in by_kind.get(POD, []) if isinstance(v, PodView)),
         rayclusters=tuple(v for v in by_kind.get(RAYCLUSTER, [])
@@ -149,11 +150,11 @@ def test_edits_answer_like_a_snapshot_built_whole(
 ) -> None:
     state: dict[tuple[str, object], View] = {}
     snap = Snapshot.empty(CONFIG)
-    editor = snap.edit()
+    editor = SnapshotEditor(snap)
     for i, (op, view) in enumerate(ops):
         if i in cuts:  # several events per published snapshot, or one
             snap = editor.finish()
-            editor = snap.edit()
+            editor = SnapshotEditor(snap)
         kind, key = kind_of(view), key_of(view)
         if op == "upsert":
             editor.upsert(view, str(i))
@@ -167,8 +168,9 @@ def test_edits_answer_like_a_snapshot_built_whole(
 def test_a_snapshot_held_by_a_reader_never_changes() -> None:
     pod = PodView("u1", "ray", "w1", labels=ray_labels("c0", "g0"), node_name="cpu-0",
                   phase="Running")
-    before = Snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0")), pods=(pod,)), CONFIG)
-    editor = before.edit()
+    before = build_snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0")), pods=(pod,)),
+                            CONFIG)
+    editor = SnapshotEditor(before)
     editor.upsert(replace(pod, node_name="gpu-0"), "2")
     editor.delete(NODE, "cpu-0")
     editor.upsert(node("gpu-1"), "3")
@@ -184,8 +186,8 @@ def test_a_snapshot_held_by_a_reader_never_changes() -> None:
 
 
 def test_an_edit_of_pods_only_shares_the_node_structures() -> None:
-    before = Snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0"))), CONFIG)
-    editor = before.edit()
+    before = build_snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0"))), CONFIG)
+    editor = SnapshotEditor(before)
     editor.upsert(PodView("u1", "ray", "w1", node_name="cpu-0"), "7")
     editor.upsert(replace(node("cpu-0"), labels={"zone": "a"}), "8")  # same class
     after = editor.finish()
@@ -195,10 +197,10 @@ def test_an_edit_of_pods_only_shares_the_node_structures() -> None:
 
 def test_replace_keeps_unchanged_views_and_drops_the_missing() -> None:
     a, b = PodView("a", "ns", "a"), PodView("b", "ns", "b")
-    before = Snapshot.empty(CONFIG).edit()
+    before = SnapshotEditor(Snapshot.empty(CONFIG))
     before.replace(POD, [("1", a), ("2", b)])
     snap = before.finish()
-    editor = snap.edit()
+    editor = SnapshotEditor(snap)
     c = PodView("c", "ns", "c")
     assert editor.replace(POD, [("1", a), ("3", c)]) == (2, 1)
     after = editor.finish()
@@ -210,12 +212,12 @@ def test_preemptions_outlive_the_pod_and_are_forgotten_after_the_window() -> Non
     pod = PodView("u1", "ray", "w1", labels=ray_labels("c0", "g0"), node_name="gpu-0",
                   conditions=(DISRUPTED,), deleted=T0_EPOCH)
     key = GroupKey("ray", "c0", "g0")
-    snap = Snapshot(ClusterObjects(nodes=(node("gpu-0"),), pods=(pod,)), CONFIG)
-    editor = snap.edit()
+    snap = build_snapshot(ClusterObjects(nodes=(node("gpu-0"),), pods=(pod,)), CONFIG)
+    editor = SnapshotEditor(snap)
     editor.delete(POD, "u1")
     snap = editor.finish()
     assert [(r.pod_uid, r.on_gpu_node) for r in snap.preemptions(key)] == [("u1", True)]
-    editor = snap.edit()
+    editor = SnapshotEditor(snap)
     assert editor.forget_preemptions_before(T0_EPOCH) == 0  # still inside the window
     assert editor.forget_preemptions_before(T0_EPOCH + 1) == 1
     assert editor.finish().preemptions(key) == ()
@@ -224,10 +226,10 @@ def test_preemptions_outlive_the_pod_and_are_forgotten_after_the_window() -> Non
 def test_a_pod_listed_before_its_node_is_recorded_on_a_gpu_node() -> None:
     pod = PodView("u1", "ray", "w1", labels=ray_labels("c0", "g0"), node_name="gpu-0",
                   conditions=(DISRUPTED,), deleted=T0_EPOCH)
-    editor = Snapshot.empty(CONFIG).edit()
+    editor = SnapshotEditor(Snapshot.empty(CONFIG))
     editor.upsert(pod, "1")
     snap = editor.finish()
-    editor = snap.edit()
+    editor = SnapshotEditor(snap)
     editor.upsert(node("gpu-0"), "2")
     key = GroupKey("ray", "c0", "g0")
     assert [r.on_gpu_node for r in editor.finish().preemptions(key)] == [True]
@@ -235,15 +237,15 @@ def test_a_pod_listed_before_its_node_is_recorded_on_a_gpu_node() -> None:
 
 def test_a_snapshot_built_whole_keeps_the_objects_it_was_given() -> None:
     objects = ClusterObjects(nodes=(node("cpu-0"),))
-    snap = Snapshot(objects, CONFIG)
+    snap = build_snapshot(objects, CONFIG)
     assert snap.objects is objects
-    edited = snap.edit()
+    edited = SnapshotEditor(snap)
     edited.upsert(node("cpu-1"), "2")
     assert {n.name for n in edited.finish().objects.nodes} == {"cpu-0", "cpu-1"}
 
 
 def test_an_editor_finishes_once() -> None:
-    editor = Snapshot.empty(CONFIG).edit()
+    editor = SnapshotEditor(Snapshot.empty(CONFIG))
     editor.finish()
     with pytest.raises(RuntimeError):
         editor.finish()
@@ -255,11 +257,11 @@ def test_a_first_list_indexes_pods_as_upserts_do(
     listed: list[PodView], nodes: list[str]
 ) -> None:
     listed = list({p.uid: p for p in listed}.values())  # a LIST names each object once
-    base = Snapshot.empty(CONFIG).edit()
+    base = SnapshotEditor(Snapshot.empty(CONFIG))
     for name in nodes:
         base.upsert(node(name), "1")
     snap = base.finish()
-    loaded, upserted = snap.edit(), snap.edit()
+    loaded, upserted = SnapshotEditor(snap), SnapshotEditor(snap)
     assert loaded.replace(POD, [(str(i), p) for i, p in enumerate(listed)])[1] == 0
     for i, p in enumerate(listed):
         upserted.upsert(p, str(i))

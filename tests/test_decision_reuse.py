@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.editor import SnapshotEditor, build_snapshot
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import load_text
 from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
@@ -77,7 +78,7 @@ class World:
                         .preempted(iso(NOW - self.preempted_ago)).obj())
         objects = [*nodes, *pods, *([CLUSTER] if self.with_cluster else [])]
         config = PolicyConfig(gpu_nodes_for_surplus=self.mode)
-        return Snapshot(load_text(json.dumps(object_list(*objects)), "test"), config)
+        return build_snapshot(load_text(json.dumps(object_list(*objects)), "test"), config)
 
 
 def body(pod: str, names: list[str]) -> bytes:
@@ -209,7 +210,7 @@ def test_a_node_relabelled_or_added_in_between_is_seen() -> None:
 def test_any_publish_is_a_miss_even_when_nothing_changed() -> None:
     scheduler, cache, metrics, _ = extender()
     scheduler.filter(body("head", NAMES))
-    cache.publish(cache.snapshot.edit().finish())  # a new snapshot with the same objects
+    cache.publish(SnapshotEditor(cache.snapshot).finish())  # a new snapshot with the same objects
     scheduler.prioritize(body("head", NAMES))
     assert reuse(metrics, "prioritize") == (0, 1)
 

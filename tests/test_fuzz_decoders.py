@@ -38,7 +38,7 @@ from raygate.extender.kube.resources import RESOURCES
 from raygate.extender.kube.transport import TransportError
 from raygate.extender.state import convert
 from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.snapshot import Snapshot
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_text
 from raygate.extender.wire import DECODE_ERRORS
 from raygate.extender.wire import scheduler as wire
@@ -53,7 +53,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 _config = PolicyConfig()
 _cache = ClusterCache(_config, "demo")
-_cache.publish(Snapshot(load_text(demo_text(), "demo"), _config))
+_cache.publish(build_snapshot(load_text(demo_text(), "demo"), _config))
 _clock = lambda: T0_EPOCH + 40 * 60  # noqa: E731 - the demo's own moment (conftest)
 _scheduler = SchedulerExtender(_cache, _clock)
 _volcano = VolcanoExtender(_cache, _clock)

@@ -21,6 +21,7 @@ from raygate.extender.config.reload import PolicyReloader
 from raygate.extender.config.render import render_config
 from raygate.extender.config.settings import SETTINGS, ServeSettings
 from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import ConfigError, GpuNodesForSurplus, PolicyConfig
@@ -365,7 +366,7 @@ STEPS: list[tuple[str, str, str, set[str], list[str]]] = [
 @pytest.fixture
 def demo_cache() -> ClusterCache:
     cache = ClusterCache(PolicyConfig(), "demo")
-    cache.publish(Snapshot(load_text(demo_text(), "demo"), PolicyConfig()))
+    cache.publish(build_snapshot(load_text(demo_text(), "demo"), PolicyConfig()))
     return cache
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raygate.extender.state.snapshot import Snapshot
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_node, make_pod, make_raycluster, object_list
@@ -106,7 +106,7 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
 
 def test_the_demo_cluster_has_what_the_readme_promises() -> None:
     objects = load_text(demo_text(), "demo")
-    snap = Snapshot(objects, PolicyConfig())
+    snap = build_snapshot(objects, PolicyConfig())
     assert snap.gpu_node_names == {"gpu-node-1", "gpu-node-2"}  # by allocatable and by label
     assert {r.name for r in objects.rayclusters} == {"demo", "queued"}
     assert {(g.name, g.phase) for g in objects.podgroups} == {

@@ -26,6 +26,7 @@ from bench.scenarios import CLUSTER_NODES
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.api.volcano import VolcanoExtender
 from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import load_text
 from raygate.plugin.config import PolicyConfig
@@ -72,7 +73,7 @@ class Cluster:
 def snapshot_of(objects: list[Obj]) -> Snapshot:
     """Objects through raygate's own loader into a snapshot, as ``raygate serve`` does."""
     text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
-    return Snapshot(load_text(text, "bench"), PolicyConfig())
+    return build_snapshot(load_text(text, "bench"), PolicyConfig())
 
 
 def cache_of(snapshot: Snapshot) -> ClusterCache:

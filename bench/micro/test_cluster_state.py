@@ -14,6 +14,7 @@ from bench.payloads import OVERFLOW_GROUP, app_pod, ray_worker_pod
 from bench.scenarios import MICRO
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.state import convert
+from raygate.extender.state.editor import SnapshotEditor
 from raygate.extender.wire import kube
 from tests.builders import Obj, iso, make_node, make_pod, make_raycluster
 
@@ -103,21 +104,11 @@ def crowded(cluster: Cluster) -> Any:
     return snapshot_of(objects)
 
 
-def _editable(snapshot: Any) -> Any:
-    """``snapshot.edit`` when the cache can apply events one by one, else skip: the live
-    cache (``Snapshot.edit() -> SnapshotEditor``, ``upsert``/``delete``, ``finish``)."""
-    edit = getattr(snapshot, "edit", None)
-    if edit is None:
-        pytest.skip("the cache exposes no event-apply function: not measured")
-    return edit
-
-
 @pytest.mark.parametrize("kind", ["pod", "node"])
 def test_cache_event_apply(benchmark: Benchmark, cluster: Cluster, crowded: Any,
                            kind: str) -> None:
     """One MODIFIED event applied to a cache of 5,000 nodes and 5,000+ pods, published as
-    a new snapshot: ``edit()``, ``upsert(view)``, ``finish()``."""
-    edit = _editable(crowded)
+    a new snapshot: ``SnapshotEditor(snapshot)``, ``upsert(view)``, ``finish()``."""
     if kind == "pod":
         where = cluster.nodes[3]["metadata"]["name"]
         pod = ray_worker_pod(OVERFLOW_GROUP, index=7, node_name=where)
@@ -128,7 +119,7 @@ def test_cache_event_apply(benchmark: Benchmark, cluster: Cluster, crowded: Any,
         view = convert.node_view(msgspec.convert(node, kube.Node))
 
     def apply() -> Any:
-        editor = edit()
+        editor = SnapshotEditor(crowded)
         editor.upsert(view, "999999")
         return editor.finish()
 

@@ -18,6 +18,7 @@ from bench.scenarios import MICRO
 from raygate.extender.api.scheduler import SchedulerExtender
 from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state import convert
+from raygate.extender.state.editor import SnapshotEditor
 from raygate.extender.wire import kube
 from raygate.extender.wire import scheduler as wire
 from raygate.plugin.placement import Placement, decide, filter_names
@@ -139,7 +140,7 @@ def test_verb_cycle(benchmark: Benchmark, cluster: Cluster, count: int, snapshot
     decides anew too. Both publish twice per cycle: they differ only in the reuse."""
     snapshots = [cluster.snapshot]
     for _ in range(3):
-        snapshots.append(snapshots[-1].edit().finish())
+        snapshots.append(SnapshotEditor(snapshots[-1]).finish())
     cache = cache_of(snapshots[0])
     metrics = Metrics()
     scheduler = SchedulerExtender(cache, clock=lambda: NOW, metrics=metrics)

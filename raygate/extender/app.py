@@ -31,8 +31,8 @@ from raygate.extender.kube.client import (
 from raygate.extender.kube.source import LiveSource
 from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.keys import ClusterObjects
-from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError
@@ -103,7 +103,7 @@ def _listen(addr: str, flag: str) -> socket.socket:
 def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
     cache = ClusterCache(settings.policy, source.description)
     if source.objects is not None:
-        cache.publish(Snapshot(source.objects, settings.policy))
+        cache.publish(build_snapshot(source.objects, settings.policy))
         counts = cache.snapshot.counts()
         log.info("loaded %s: %s; ignored %s", source.description,
                  ", ".join(f"{v} {k}" for k, v in counts.items()),

@@ -29,7 +29,7 @@ from raygate.extender.config.settings import (
 from raygate.extender.errors import RaygateError
 from raygate.extender.kube.client import ClusterConfigError, NoClusterConfig, load_connection
 from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.snapshot import Snapshot
+from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError, PolicyConfig
@@ -165,7 +165,7 @@ def _explain(args: argparse.Namespace) -> int:
             policy = load_config_file(args.config) if args.config else PolicyConfig()
             objects = load_text(demo_text(), "demo") if args.demo else load_files(args.snapshot)
             cache = ClusterCache(policy, "offline")
-            cache.publish(Snapshot(objects, policy))
+            cache.publish(build_snapshot(objects, policy))
             reply = ExplainService(cache).explain(namespace, name, nodes)
         else:
             reply = fetch(args.server, namespace, name, nodes)

@@ -26,7 +26,7 @@ from raygate.extender.kube.resources import RESOURCES, Resource
 from raygate.extender.kube.transport import Transport, WatchSettings
 from raygate.extender.kube.watch import DELETED, KindWatcher
 from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.editor import SnapshotEditor
+from raygate.extender.state.editor import SnapshotEditor, reconfigured
 from raygate.extender.state.keys import ObjectKey, View
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.sync import SyncStatus
@@ -134,7 +134,7 @@ class CacheWriter:
             first = self._queue.get()
             if first is None:
                 return
-            batch = _Batch(self._state.edit())
+            batch = _Batch(SnapshotEditor(self._state))
             stopping = self._take(batch, first)
             # Coalesce: whatever arrives before the next publish is due joins this one.
             while not stopping:
@@ -156,7 +156,7 @@ class CacheWriter:
     def drain(self) -> int:
         """Apply every change queued so far in the calling thread, as one publish (for
         tests and benchmarks that run no writer thread); returns how many."""
-        batch = _Batch(self._state.edit())
+        batch = _Batch(SnapshotEditor(self._state))
         while True:
             try:
                 message = self._queue.get_nowait()
@@ -210,7 +210,7 @@ class CacheWriter:
         if batch.policy is not None:
             # Events after the change in this batch were classified under the old
             # policy; re-classifying the whole result makes every object current.
-            state = state.with_config(batch.policy)
+            state = reconfigured(state, batch.policy)
         self._state = state
         for kind in batch.touched:
             status = self.sync.kinds.get(kind)

@@ -7,6 +7,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
+from raygate.extender.state.editor import reconfigured
 from raygate.extender.state.snapshot import Changes, Snapshot
 from raygate.extender.state.sync import SyncStatus
 from raygate.plugin.config import PolicyConfig
@@ -56,7 +57,7 @@ class ClusterCache:
             self._reconfigure(config)
             return
         with self._lock:
-            self.publish(self.snapshot.with_config(config))
+            self.publish(reconfigured(self.snapshot, config))
 
     def follow_writer(self, reconfigure: Callable[[PolicyConfig], None]) -> None:
         """A source that edits snapshots in a thread of its own takes policy changes

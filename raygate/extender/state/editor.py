@@ -17,6 +17,7 @@ from raygate.extender.state.keys import (
     RAYCLUSTER,
     WORKLOAD,
     ClusterKey,
+    ClusterObjects,
     ObjectKey,
     View,
     key_of,
@@ -26,6 +27,7 @@ from raygate.extender.state.maps import _Flat, _Nested
 from raygate.extender.state.snapshot import Changes, Snapshot, _serials
 from raygate.extender.wire.scheduler import HostPriority
 from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_record
+from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     GroupKey,
     NodeView,
@@ -40,6 +42,37 @@ from raygate.plugin.placement import score
 HOST_PRIORITY = msgspec.json.Encoder()
 """Each node's prioritize entry (``HostPriority``, kube-scheduler's PascalCase) is encoded
 when the node changes, not per request: prioritize joins the entries' bytes."""
+
+
+def build_snapshot(objects: ClusterObjects, config: PolicyConfig,
+                   remembered_preemptions: Iterable[PreemptionRecord] = ()) -> Snapshot:
+    """A snapshot of ``objects`` built whole (a snapshot file, the demo): its ``changes``
+    are None, and its ``objects`` are those given."""
+    editor = SnapshotEditor(Snapshot.empty(config), whole=True)
+    editor.remember(remembered_preemptions)
+    views: Iterable[View]
+    for views in (objects.nodes, objects.pods, objects.rayclusters, objects.podgroups,
+                  objects.workloads):
+        for view in views:
+            editor.upsert(view)
+    snap = editor.finish()
+    snap._ignored = Counter(objects.ignored)
+    snap.__dict__["objects"] = objects  # what the cached property would rebuild
+    return snap
+
+
+def reconfigured(snapshot: Snapshot, config: PolicyConfig) -> Snapshot:
+    """The same objects under another policy (GPU classes and indexes rebuilt:
+    O(objects), for a reloaded config file). Versions and preemption records carry
+    over, so a later re-list keeps the views it finds unchanged."""
+    editor = SnapshotEditor(Snapshot.empty(config), whole=True)
+    editor.remember(r for records in snapshot._preemptions.values() for r in records)
+    for kind in (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD):
+        for resource_version, view in snapshot._primary(kind).values():
+            editor.upsert(view, resource_version)
+    snap = editor.finish()
+    snap._ignored = Counter(snapshot._ignored)
+    return snap
 
 
 class SnapshotEditor:
@@ -162,14 +195,14 @@ class SnapshotEditor:
                 self._preemptions.pop(key)
         return dropped
 
-    def finish(self, into: Snapshot | None = None) -> Snapshot:
+    def finish(self) -> Snapshot:
         if self._done:
             raise RuntimeError("SnapshotEditor.finish called twice")
         self._done = True
         base = self._base
         if self._new_nodes:
             self._fix_records_on(self._new_nodes)
-        snap = into if into is not None else Snapshot.__new__(Snapshot)
+        snap = Snapshot.__new__(Snapshot)
         snap.config = self._config
         snap.serial, snap.base_serial = next(_serials), base.serial
         snap.changes = None if self._bulk else self._changes()

@@ -2,9 +2,9 @@
 
 A request takes ``cache.snapshot`` once and reads one consistent state for its whole
 life. A source makes the next snapshot and swaps it in with one reference assignment
-(``ClusterCache.publish``): snapshot files build one whole (``Snapshot(objects,
-config)``); the Kubernetes list/watch (``raygate.extender.kube``) edits the current one, a batch
-of watch events at a time (``snapshot.edit()`` ... ``finish()``).
+(``ClusterCache.publish``): snapshot files build one whole (``editor.build_snapshot(objects,
+config)``); the Kubernetes list/watch (``raygate.extender.kube``) edits the current one, a
+batch of watch events at a time (``SnapshotEditor(snapshot)`` ... ``finish()``).
 
 Every index is a persistent map (``immutables.Map``, the hash array mapped trie behind
 CPython's contextvars): an edit copies only the O(log n) path to what changed and shares
@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from immutables import Map
 
@@ -53,12 +52,6 @@ from raygate.plugin.model import (
     WorkloadView,
 )
 
-if TYPE_CHECKING:
-    # The editor makes snapshots and a snapshot starts its editor: one unit in two
-    # modules, so the methods below import it when they run.
-    from raygate.extender.state.editor import SnapshotEditor
-
-
 
 @dataclass(frozen=True, slots=True)
 class Changes:
@@ -80,8 +73,9 @@ _serials = itertools.count(1)
 class Snapshot:
     """One immutable, indexed state of the cluster. Implements ``raygate.plugin.model.ClusterView``.
 
-    ``Snapshot(objects, config)`` builds one whole; ``edit()`` starts the next from this
-    one. Nothing a snapshot holds is ever modified after it is built.
+    Made by ``raygate.extender.state.editor`` only: ``build_snapshot(objects, config)``
+    builds one whole, ``SnapshotEditor(snapshot)`` starts the next from this one.
+    Nothing a snapshot holds is ever modified after it is built.
     """
 
     config: PolicyConfig
@@ -111,26 +105,6 @@ class Snapshot:
     _workloads_of: Map[tuple[str, str], Map[tuple[str, str], WorkloadView]]
     _ignored: Counter[str]
 
-    def __init__(
-        self,
-        objects: ClusterObjects,
-        config: PolicyConfig,
-        remembered_preemptions: Iterable[PreemptionRecord] = (),
-    ) -> None:
-        from raygate.extender.state.editor import SnapshotEditor
-
-        editor = SnapshotEditor(Snapshot.empty(config), whole=True)
-        editor.remember(remembered_preemptions)
-        views: Iterable[View]
-        for views in (objects.nodes, objects.pods, objects.rayclusters, objects.podgroups,
-                      objects.workloads):
-            for view in views:
-                editor.upsert(view)
-        editor.finish(into=self)
-        self._ignored = Counter(objects.ignored)
-        # The objects as given: what `objects` answers for a snapshot built whole.
-        self.__dict__["objects"] = objects
-
     @classmethod
     def empty(cls, config: PolicyConfig) -> Snapshot:
         snap = cls.__new__(cls)
@@ -143,27 +117,6 @@ class Snapshot:
         snap._by_cluster = snap._scheduled = snap._preemptions = _EMPTY
         snap._rayclusters = snap._podgroups = snap._workloads = snap._workloads_of = _EMPTY
         snap._ignored = Counter()
-        return snap
-
-    def edit(self) -> SnapshotEditor:
-        """Start the snapshot that follows this one (one writer at a time)."""
-        from raygate.extender.state.editor import SnapshotEditor
-
-        return SnapshotEditor(self)
-
-    def with_config(self, config: PolicyConfig) -> Snapshot:
-        """The same objects under another policy (GPU classes and indexes rebuilt:
-        O(objects), for a reloaded config file). Versions and preemption records carry
-        over, so a later re-list keeps the views it finds unchanged."""
-        from raygate.extender.state.editor import SnapshotEditor
-
-        editor = SnapshotEditor(Snapshot.empty(config), whole=True)
-        editor.remember(r for records in self._preemptions.values() for r in records)
-        for kind in (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD):
-            for resource_version, view in self._primary(kind).values():
-                editor.upsert(view, resource_version)
-        snap = editor.finish()
-        snap._ignored = Counter(self._ignored)
         return snap
 
     # --- plugin.model.ClusterView -------------------------------------------------------
