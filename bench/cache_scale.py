@@ -75,6 +75,9 @@ import psutil
 import yaml
 
 from bench.cache_sync import PODS_PER_RAYCLUSTER, Cluster, PodSpec, build_cluster
+from raygate.extender.kube.decode import Decoders, decode_page, next_continue
+from raygate.extender.kube.resources import RESOURCES
+from raygate.extender.kube.transport import WatchSettings
 from testbed.cluster import DEPLOY, REPO, Testbed, TestbedError
 from testbed.processes import StartError, free_port
 
@@ -485,6 +488,48 @@ def apply_changes(api: ApiPool, raygate: Raygate, pods: list[PodSpec], rate: flo
     return result
 
 
+# --- the initial LIST, taken apart ------------------------------------------------------
+
+
+@dataclass
+class ListAlone:
+    """raygate's first LIST of nodes and pods, done again with raygate stopped, one page
+    after the other: the time spent waiting for kube-apiserver's pages, and the time
+    raygate's own code (``raygate.extender.kube.decode`` and the views of
+    ``raygate.extender.kube.resources``) takes to decode and convert them, one thread."""
+
+    pages: int = 0
+    mib: float = 0.0
+    server_s: float = 0.0
+    decode_convert_s: float = 0.0
+
+
+def list_alone(api: ApiPool, page_size: int) -> ListAlone:
+    """Apart, the two shares of raygate's time to ready that overlap in raygate (it
+    fetches the next page while it converts one): which side of the connection it is."""
+    result = ListAlone()
+    for resource in RESOURCES[:2]:  # nodes and pods: all but 600 of the objects
+        served = resource.served(resource.versions[0])
+        decoders, view = Decoders(resource.wire), resource.view
+        token = ""
+        while True:
+            query = f"?limit={page_size}" + (f"&continue={token}" if token else "")
+            started = time.perf_counter()
+            data = api.call("GET", served.path + query)
+            fetched = time.perf_counter()
+            page = decode_page(data, decoders)
+            for item in page.items:
+                view(item)
+            result.decode_convert_s += time.perf_counter() - fetched
+            result.server_s += fetched - started
+            result.pages += 1
+            result.mib += len(data) / 2**20
+            token = next_continue(data)
+            if not token:
+                break
+    return result
+
+
 # --- the run ----------------------------------------------------------------------------
 
 
@@ -535,6 +580,7 @@ class Result:
     lone_p50_ms: float
     lone_p99_ms: float
     lone_patch_p50_ms: float
+    alone: ListAlone
     pod_json_kib_served: float
     woken_by_other: int
     etcd_db_mib: float
@@ -622,6 +668,10 @@ def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
             raise RuntimeError(f"raygate exited with {code}:\n{raygate.tail()}")
         if problems := raygate.problems():
             raise RuntimeError("raygate logged errors:\n  " + "\n  ".join(problems[:10]))
+        alone = list_alone(api, WatchSettings().page_size)
+        print(f"the LIST alone: {alone.pages} pages, {alone.mib:,.0f} MiB; waiting for "
+              f"kube-apiserver {alone.server_s:.1f}s, raygate's decode and convert "
+              f"{alone.decode_convert_s:.1f}s", flush=True)
         return Result(
             date=datetime.now(UTC).isoformat(timespec="seconds"), nodes=loaded.nodes,
             pods=loaded.pods, rayclusters=loaded.rayclusters, podgroups=loaded.podgroups,
@@ -637,7 +687,7 @@ def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
             lone_changes=len(lone.seconds_to_admission), lone_rate_per_s=LONE_RATE,
             lone_p50_ms=pct(lone.seconds_to_admission, 0.5) * 1e3,
             lone_p99_ms=pct(lone.seconds_to_admission, 0.99) * 1e3,
-            lone_patch_p50_ms=pct(lone.patch_round_trip, 0.5) * 1e3,
+            lone_patch_p50_ms=pct(lone.patch_round_trip, 0.5) * 1e3, alone=alone,
             pod_json_kib_served=served_kib,
             woken_by_other=changes.woken_by_other + lone.woken_by_other,
             etcd_db_mib=_etcd_db_mib(workdir),
@@ -683,6 +733,10 @@ def markdown(r: Result) -> str:
         (f"the same, {r.lone_changes} lone changes ({r.lone_rate_per_s:g}/s)",
          f"p50 {r.lone_p50_ms:.1f} ms, p99 {r.lone_p99_ms:.1f} ms (PATCH alone p50 "
          f"{r.lone_patch_p50_ms:.1f} ms)", ""),
+        ("the same LIST of nodes and pods again, raygate stopped, one page after the other",
+         f"{r.alone.server_s:.1f} s waiting for kube-apiserver's {r.alone.pages:,} pages "
+         f"({r.alone.mib:,.0f} MiB); {r.alone.decode_convert_s:.1f} s in raygate's decode "
+         f"and convert of them", ""),
     ]
     out = ["| | measured | goal |", "|---|---|---|"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]

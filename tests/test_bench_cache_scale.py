@@ -65,6 +65,8 @@ def _result(**changes: object) -> cache_scale.Result:
         change_p50_ms=40.0, change_p99_ms=60.0, change_max_ms=70.0, patch_p50_ms=5.0,
         patch_p99_ms=9.0, lone_changes=100, lone_rate_per_s=4.0, lone_p50_ms=8.0,
         lone_p99_ms=12.0, lone_patch_p50_ms=6.0, pod_json_kib_served=11.0,
+        alone=cache_scale.ListAlone(pages=301, mib=1400.0, server_s=30.0,
+                                    decode_convert_s=9.0),
         woken_by_other=0, etcd_db_mib=3000.0,
         kinds={"Pod": {"events": 1000, "relists": 0, "errors": 0}},
         versions={"kubernetes": "v1.37.2", "etcd": "v3.7.3", "raygate": "0.1.0",

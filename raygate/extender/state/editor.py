@@ -44,12 +44,10 @@ HOST_PRIORITY = msgspec.json.Encoder()
 when the node changes, not per request: prioritize joins the entries' bytes."""
 
 
-def build_snapshot(objects: ClusterObjects, config: PolicyConfig,
-                   remembered_preemptions: Iterable[PreemptionRecord] = ()) -> Snapshot:
+def build_snapshot(objects: ClusterObjects, config: PolicyConfig) -> Snapshot:
     """A snapshot of ``objects`` built whole (a snapshot file, the demo): its ``changes``
     are None, and its ``objects`` are those given."""
     editor = SnapshotEditor(Snapshot.empty(config), whole=True)
-    editor.remember(remembered_preemptions)
     views: Iterable[View]
     for views in (objects.nodes, objects.pods, objects.rayclusters, objects.podgroups,
                   objects.workloads):
