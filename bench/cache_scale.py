@@ -32,6 +32,10 @@ running — no scheduler, no controllers, no kubelet or kwok to change a pod mea
    reported beside it. At 20 a second a change usually waits for the cache's next
    publish slot (``WatchSettings.publish_interval``, 50 ms); 100 more changes, 250 ms
    apart, show a change published alone.
+4. **The initial LIST, taken apart** (``list_alone``), with raygate stopped: raygate's
+   LIST of nodes and pods again, page after page, timing kube-apiserver's pages and
+   raygate's own decode and convert of them apart (in raygate they overlap), and each
+   page again as protobuf: which side of the connection the time to ready is spent on.
 
 Checks (the run fails on these, never on slowness): raygate's ``/readyz`` counts the
 objects loaded, every changed pod is in its cluster's admission status, raygate logged
