@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     node_provider.IN_CLUSTER_TOKEN_PATH = os.environ["TESTBED_TOKEN_FILE"]
     which, args = argv[0], argv[1:]
     if which == "raygate":
-        from raygate.extender.ray_autoscaler.cli import main as raygate_main
+        from raygate.ray_autoscaler.cli import main as raygate_main
 
         return raygate_main(args)
     from ray.scripts.scripts import main as ray_main

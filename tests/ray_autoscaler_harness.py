@@ -30,7 +30,7 @@ from ray.autoscaler.v2.instance_manager.cloud_providers.kuberay.cloud_provider i
 from ray.autoscaler.v2.instance_manager.config import KubeRayConfigReader
 from ray.core.generated import autoscaler_pb2, instance_manager_pb2
 
-from raygate.extender.ray_autoscaler.provider import (
+from raygate.ray_autoscaler.provider import (
     AdmissionAwareKubeRayProvider,
     AdvisorFactory,
     Installation,
@@ -326,7 +326,7 @@ class _Collect(logging.Handler):
 
 class Bench:
     """The sides of one test: stock ones run Ray as shipped, the raygate one runs with
-    raygate's hooks installed (``raygate.extender.ray_autoscaler.provider.install``)."""
+    raygate's hooks installed (``raygate.ray_autoscaler.provider.install``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
         self.monkeypatch = monkeypatch

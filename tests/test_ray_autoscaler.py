@@ -31,10 +31,10 @@ if importlib.util.find_spec("ray") is None and not os.environ.get("RAYGATE_REQUI
     pytest.skip("Ray is not installed: `make test-ray` installs raygate[ray] and runs these",
                 allow_module_level=True)
 
-from raygate.extender.ray_autoscaler import TESTED_RAY_VERSIONS
-from raygate.extender.ray_autoscaler.advice import Advisor
-from raygate.extender.ray_autoscaler.provider import AdvisorFactory
-from raygate.extender.ray_autoscaler.settings import AutoscalerSettings
+from raygate.ray_autoscaler import TESTED_RAY_VERSIONS
+from raygate.ray_autoscaler.advice import Advisor
+from raygate.ray_autoscaler.provider import AdvisorFactory
+from raygate.ray_autoscaler.settings import AutoscalerSettings
 from tests.admission_scenarios import INSUFFICIENT_CPU
 from tests.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread
@@ -320,16 +320,16 @@ def test_a_ray_version_it_was_not_tested_with_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
-    from raygate.extender.ray_autoscaler import provider
+    from raygate.ray_autoscaler import provider
 
     monkeypatch.setattr(ray, "__version__", "2.61.0")
-    monkeypatch.delitem(sys.modules, "raygate.extender.ray_autoscaler.provider")
+    monkeypatch.delitem(sys.modules, "raygate.ray_autoscaler.provider")
     with pytest.raises(ImportError) as error:
-        importlib.import_module("raygate.extender.ray_autoscaler.provider")
+        importlib.import_module("raygate.ray_autoscaler.provider")
     assert str(error.value).startswith(
         "raygate's autoscaler integration is tested with Ray 2.60.0 and relies on its "
         "private interfaces; this is Ray 2.61.0.")
-    monkeypatch.setitem(sys.modules, "raygate.extender.ray_autoscaler.provider", provider)
+    monkeypatch.setitem(sys.modules, "raygate.ray_autoscaler.provider", provider)
 
 
 def test_the_extra_pins_the_tested_versions() -> None:
@@ -350,8 +350,8 @@ def test_the_entrypoint_installs_the_hooks_and_runs_the_stock_autoscaler(
     )
     from ray.autoscaler.v2.instance_manager.reconciler import Reconciler
 
-    from raygate.extender.ray_autoscaler.cli import main
-    from raygate.extender.ray_autoscaler.provider import AdmissionAwareKubeRayProvider
+    from raygate.ray_autoscaler.cli import main
+    from raygate.ray_autoscaler.provider import AdmissionAwareKubeRayProvider
 
     shipped = Reconciler.__dict__["_handle_stuck_instance"]
     calls = []
@@ -377,7 +377,7 @@ def test_the_entrypoint_installs_the_hooks_and_runs_the_stock_autoscaler(
 
 def test_the_entrypoint_refuses_bad_settings(monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from raygate.extender.ray_autoscaler.cli import main
+    from raygate.ray_autoscaler.cli import main
 
     monkeypatch.delenv("RAY_CLUSTER_NAME", raising=False)
     monkeypatch.setenv("RAY_CLUSTER_NAMESPACE", "ray")
@@ -393,7 +393,7 @@ def test_the_entrypoint_refuses_bad_settings(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_install_checks_what_it_replaces(server: ServerThread) -> None:
-    from raygate.extender.ray_autoscaler.provider import install
+    from raygate.ray_autoscaler.provider import install
 
     installation = install(advisor_for(server.url, server.clock))
     try:

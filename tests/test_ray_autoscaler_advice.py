@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from raygate.extender.ray_autoscaler.advice import AdmissionClient, Advice, Advisor, connect
-from raygate.extender.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
 from raygate.plugin.config import ConfigError
+from raygate.ray_autoscaler.advice import AdmissionClient, Advice, Advisor, connect
+from raygate.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
 from tests import admission_scenarios as sc
 from tests.builders import T0_EPOCH
 from tests.conftest import FakeClock, ServerThread
@@ -334,5 +334,5 @@ def _imports(path: Path) -> set[str]:
 def test_only_the_autoscaler_integration_imports_ray() -> None:
     importing = sorted(str(p.relative_to(ROOT)) for top in ("raygate", "bench")
                        for p in (ROOT / top).rglob("*.py") if "ray" in _imports(p))
-    assert importing == ["raygate/extender/ray_autoscaler/cli.py",
-                         "raygate/extender/ray_autoscaler/provider.py"]
+    assert importing == ["raygate/ray_autoscaler/cli.py",
+                         "raygate/ray_autoscaler/provider.py"]

@@ -19,7 +19,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from raygate.extender.ray_autoscaler.settings import (
+from raygate.plugin.config import ConfigError
+from raygate.ray_autoscaler.settings import (
     ENV_CA_FILE,
     ENV_CERT_FILE,
     ENV_KEY_FILE,
@@ -29,7 +30,6 @@ from raygate.extender.ray_autoscaler.settings import (
     ENV_URL,
     AutoscalerSettings,
 )
-from raygate.plugin.config import ConfigError
 
 __all__ = ["main"]
 
@@ -70,13 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        from raygate.extender.ray_autoscaler.provider import install
+        from raygate.ray_autoscaler.provider import install
     except ImportError as exc:
         print(f"raygate-autoscaler: {exc}", file=sys.stderr)
         return 2
     from ray.autoscaler._private.kuberay.run_autoscaler import run_kuberay_autoscaler
 
-    from raygate.extender.ray_autoscaler.advice import Advisor
+    from raygate.ray_autoscaler.advice import Advisor
 
     def advisor(namespace: str, name: str) -> Advisor:
         return Advisor(settings, namespace, name)

@@ -38,12 +38,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from raygate.extender.ray_autoscaler import TESTED_RAY_VERSIONS
+from raygate.ray_autoscaler import TESTED_RAY_VERSIONS
 
 try:
     import ray
 except ImportError as exc:  # pragma: no cover - the module is only imported with Ray
-    raise ImportError("raygate.extender.ray_autoscaler.provider needs Ray: "
+    raise ImportError("raygate.ray_autoscaler.provider needs Ray: "
                       "pip install 'raygate[ray]'") from exc
 
 if ray.__version__ not in TESTED_RAY_VERSIONS:
@@ -61,7 +61,7 @@ from ray.autoscaler.v2.instance_manager.node_provider import LaunchNodeError
 from ray.autoscaler.v2.instance_manager.reconciler import Reconciler
 from ray.core.generated import instance_manager_pb2
 
-from raygate.extender.ray_autoscaler.advice import KEEP, REPLACE, Advice, Advisor
+from raygate.ray_autoscaler.advice import KEEP, REPLACE, Advice, Advisor
 
 __all__ = ["AdmissionAwareKubeRayProvider", "Installation", "install"]
 

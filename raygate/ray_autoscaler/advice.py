@@ -27,8 +27,8 @@ import grpc
 from raygate.client import GrpcAdmissionClient, HttpAdmissionClient, token_file
 from raygate.extender.errors import RaygateError
 from raygate.extender.logs import about
-from raygate.extender.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
 from raygate.extender.wire.admission_status import AdmissionStatus
+from raygate.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
 
 __all__ = ["Advice", "Advisor", "PodAdvice", "connect"]
 
