@@ -54,6 +54,9 @@ __all__ = [
 class RaygateError(Exception):
     status = 500
     reason = "InternalError"
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    """HTTP headers its reply carries beside the body: those RFC 9110 requires of some
+    statuses (``Allow`` on a 405, ``WWW-Authenticate`` on a 401)."""
 
 
 class BadRequest(RaygateError):
@@ -88,22 +91,24 @@ class RayClusterNotFound(NotFound):
 
 
 class MethodNotAllowed(RaygateError):
-    """HTTP answers it with ``Allow: <allow>`` (RFC 9110 §15.5.6: a 405 must list the
-    methods the resource supports)."""
+    """Sent with ``Allow: <allow>`` (RFC 9110 §15.5.6: a 405 lists the methods the
+    resource supports)."""
 
     status = 405
     reason = "MethodNotAllowed"
 
     def __init__(self, message: str, allow: str) -> None:
         super().__init__(message)
-        self.allow = allow
+        self.headers = ((b"allow", allow.encode()),)
 
 
 class Unauthorized(RaygateError):
-    """The caller is not known (HTTP sends ``WWW-Authenticate: Bearer`` with it)."""
+    """The caller is not known. Sent with ``WWW-Authenticate`` (RFC 9110 §11.6.1: a 401
+    names the scheme the server accepts)."""
 
     status = 401
     reason = "Unauthorized"
+    headers = ((b"www-authenticate", b'Bearer realm="raygate"'),)
 
 
 class Forbidden(RaygateError):

@@ -90,7 +90,6 @@ says."""
 NAMED_CLUSTER_SEGMENT = "/rayclusters/{name}"
 """An HTTP route whose ``{name}`` follows this names one RayCluster (``get`` with the
 name); any other ``{name}`` (a pod's) is not a RayCluster's name."""
-WWW_AUTHENTICATE = (b"www-authenticate", b'Bearer realm="raygate"')
 
 
 # --- the cache --------------------------------------------------------------------------
@@ -261,9 +260,7 @@ class Authorizer:
             except (Unauthorized, Forbidden, Unavailable) as exc:
                 log.debug("%s %s: %s", request.method, path, exc)
                 status, body, content_type = reply_for(exc, route.peer)
-                # RFC 9110 §11.6.1: a 401 names the scheme the server accepts.
-                headers = (WWW_AUTHENTICATE,) if isinstance(exc, Unauthorized) else ()
-                return Response(status, body, content_type, headers)
+                return Response(status, body, content_type, exc.headers)
             return await route.handler(request)
 
         return guarded

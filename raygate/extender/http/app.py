@@ -169,7 +169,6 @@ class HttpApp:
                                    timer=self.async_timers.get(registered))
                 return
         timer = sync.timers.get(path, sync.other)
-        headers: list[tuple[bytes, bytes]] = []
         try:
             if route is None:
                 raise NotFound(f"no route {path}")
@@ -191,11 +190,12 @@ class HttpApp:
             return
         except Exception as exc:  # a RaygateError, or a bug: either way the peer gets a reply
             status, reply, content_type = sync.failed(exc, route, scope["method"], path, timer)
-            headers = _allow(exc)
+            extra = exc.headers if isinstance(exc, RaygateError) else ()
+            head = [*_head(content_type, reply), *extra]
         else:
             status, reply, content_type = sync.answer(route, scope["method"], path, body, timer)
-        await _send(send, status, [*_head(content_type, reply), *headers], reply, timer=timer,
-                    started=started)
+            head = _head(content_type, reply)
+        await _send(send, status, head, reply, timer=timer, started=started)
 
 
 def _check_method(scope: Scope, method: bytes) -> None:
@@ -205,11 +205,6 @@ def _check_method(scope: Scope, method: bytes) -> None:
         # HEAD is answered wherever GET is (uvicorn sends the head without the body).
         allow = "GET, HEAD" if method == b"GET" else method.decode()
         raise MethodNotAllowed(f"{scope['path']} accepts {method.decode()}", allow)
-
-
-def _allow(error: Exception) -> list[tuple[bytes, bytes]]:
-    """The ``Allow`` header a 405 must carry (RFC 9110 §15.5.6); none for other errors."""
-    return [(b"allow", error.allow.encode())] if isinstance(error, MethodNotAllowed) else []
 
 
 def _head(content_type: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
@@ -250,7 +245,7 @@ async def _serve_async(
         # An API client asking for what does not exist (yet) is routine, not a warning.
         log.log(logging.DEBUG if isinstance(exc, NotFound) else logging.WARNING,
                 "%s %s: %s %s", scope["method"], scope["path"], status, exc)
-        response = Response(status, body, content_type, tuple(_allow(exc)))
+        response = Response(status, body, content_type, exc.headers)
         if timer is not None:
             timer.error(exc.reason)
     except Exception:
