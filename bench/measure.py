@@ -29,7 +29,7 @@ from bench.pyclient import percentile
 from bench.scenarios import HttpScenario
 from bench.workload import Steps
 
-__all__ = ["Measurement", "find_wrk", "run_one", "wait_quiet", "wrk_version"]
+__all__ = ["Measurement", "find_wrk", "reuse_counts", "run_one", "wait_quiet", "wrk_version"]
 
 WRK_TIMEOUT_S = 10
 WRK_MAX_BODY = 1 << 20
@@ -238,9 +238,9 @@ def run_one(server: Server, scenario: HttpScenario, steps: Steps, *, wrk: str | 
         steal_pct=100.0 * (steal1 - steal0) / max(total1 - total0, 1),
         other_pct=max(0.0, 100.0 * other / (wall * (os.cpu_count() or 1))),
         timeouts=int(stats.get("timeout", 0)),
-        decision_reuse={verb: [hits - reuse0.get(verb, [0.0, 0.0])[0],
-                               misses - reuse0.get(verb, [0.0, 0.0])[1]]
-                        for verb, (hits, misses) in reuse1.items()},
+        decision_reuse={verb: [after - before for after, before
+                               in zip(counts, reuse0.get(verb, (0.0, 0.0)), strict=True)]
+                        for verb, counts in reuse1.items()},
     )
 
 
@@ -252,14 +252,21 @@ def decision_reuse(server: Server) -> dict[str, list[float]]:
     status, text = request(server.port, "GET", "/metrics", None)
     if status != 200:
         raise BenchError(f"raygate: GET /metrics answered {status}")
-    out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text.decode()):
-        if family.name != "raygate_decision_reuse":
-            continue
+    return {verb.removeprefix("scheduler/"): list(counts)
+            for verb, counts in reuse_counts(text.decode()).items()}
+
+
+def reuse_counts(text: str) -> dict[str, tuple[float, float]]:
+    """raygate's ``raygate_decision_reuse_total`` in a ``/metrics`` text: verb (its label,
+    ``scheduler/filter``) to (hits, misses)."""
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "raygate_decision_reuse_total":
-                verb = sample.labels["verb"].removeprefix("scheduler/")
-                out.setdefault(verb, [0.0, 0.0])[sample.labels["result"] != "hit"] += sample.value
+                hits, misses = out.get(sample.labels["verb"], (0.0, 0.0))
+                hit = sample.labels["result"] == "hit"
+                out[sample.labels["verb"]] = (hits + sample.value * hit,
+                                              misses + sample.value * (not hit))
     return out
 
 

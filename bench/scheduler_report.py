@@ -1,6 +1,5 @@
 """What ``bench.scheduler_throughput`` measured: one ``Run`` per contender and run, the
-quantiles read from kube-scheduler's histograms, raygate's decision reuse from its
-``/metrics``, and the summary table and plot."""
+quantiles read from kube-scheduler's histograms, and the summary table and plot."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["CONTENDERS", "Run", "histograms", "markdown", "plot", "quantile", "reuse_counts",
-           "summarise"]
+__all__ = ["CONTENDERS", "Run", "histograms", "markdown", "plot", "quantile", "summarise"]
 
 CONTENDERS = ("none", "empty", "go-peer", "raygate")
 
@@ -53,19 +51,6 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float:
             return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
         lower, below = upper, count
     return lower
-
-
-def reuse_counts(text: str) -> dict[str, tuple[float, float]]:
-    """raygate's ``raygate_decision_reuse_total``: verb to (hits, misses)."""
-    out: dict[str, tuple[float, float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "raygate_decision_reuse_total":
-                hits, misses = out.get(sample.labels["verb"], (0.0, 0.0))
-                hit = sample.labels["result"] == "hit"
-                out[sample.labels["verb"]] = (hits + sample.value * hit,
-                                              misses + sample.value * (not hit))
-    return out
 
 
 def histograms(text: str, name: str, **match: str) -> dict[str, list[tuple[float, float]]]:

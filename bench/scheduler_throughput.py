@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -54,6 +55,7 @@ import yaml
 
 from bench import payloads
 from bench.contenders import Server, build_go_peer, free_port, go_toolchain
+from bench.measure import reuse_counts
 from bench.scheduler_objects import NAMESPACE, SCHEDULER, nodes, rayclusters, worker_pods
 from bench.scheduler_report import (
     CONTENDERS,
@@ -62,7 +64,6 @@ from bench.scheduler_report import (
     markdown,
     plot,
     quantile,
-    reuse_counts,
     summarise,
 )
 from testbed.api import Api, ApiError
@@ -228,10 +229,9 @@ class Bench:
         self.testbed.processes.pop(SCHEDULER).stop()
         self.api.request("DELETE", path, query=[("gracePeriodSeconds", "0")])
         wait_for("the pods gone", lambda: not self.api.items(path), 120, None)
-        floor_on_gpu = sum(placed[p["metadata"]["name"]] in self.gpu_nodes for p in pods
-                           if p["metadata"]["labels"]["ray.io/group"] == payloads.FLOOR_GROUP)
-        overflow_on_gpu = sum(placed[p["metadata"]["name"]] in self.gpu_nodes for p in pods
-                              if p["metadata"]["labels"]["ray.io/group"] != payloads.FLOOR_GROUP)
+        on_gpu = Counter(p["metadata"]["labels"]["ray.io/group"] == payloads.FLOOR_GROUP
+                         for p in pods if placed[p["metadata"]["name"]] in self.gpu_nodes)
+        floor_on_gpu, overflow_on_gpu = on_gpu[True], on_gpu[False]
         attempts = histograms(metrics, "scheduler_scheduling_attempt_duration_seconds",
                               result="scheduled").get("", [])
         algorithm = histograms(metrics, "scheduler_scheduling_algorithm_duration_seconds"
