@@ -19,24 +19,21 @@ FLOOR_SHARE = 0.2
 PODS_PER_CLUSTER = 200
 
 
-def _clean(obj: Obj) -> Obj:
-    """What a client sends: no server-set metadata, no status."""
+def _clean(obj: Obj, *, keep_status: bool = False) -> Obj:
+    """What a client sends: no server-set metadata, and no status unless ``keep_status``."""
     obj = copy.deepcopy(obj)
     for key in ("uid", "resourceVersion", "creationTimestamp", "generation"):
         obj["metadata"].pop(key, None)
-    obj.pop("status", None)
+    if not keep_status:
+        obj.pop("status", None)
     return obj
 
 
 def nodes(count: int) -> list[Obj]:
     gpu = payloads.snapshot_gpu_node_names(payloads.cluster_snapshot(count))
-    out = []
-    for i, name in enumerate(payloads.node_names(count)):
-        body = payloads.node(name, i, name in gpu)
-        for key in ("uid", "resourceVersion", "creationTimestamp"):
-            body["metadata"].pop(key, None)
-        out.append(body)  # status kept: the API server keeps a new Node's status
-    return out
+    # Status kept: the API server keeps a new Node's status (a Pod's it drops).
+    return [_clean(payloads.node(name, i, name in gpu), keep_status=True)
+            for i, name in enumerate(payloads.node_names(count))]
 
 
 def rayclusters(pods: int) -> list[Obj]:

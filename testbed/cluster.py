@@ -346,7 +346,7 @@ class Testbed:
             "clientConnection": {"kubeconfig": str(self.admin_kubeconfig)},
             "leaderElection": {"leaderElect": False}}))
         self.start_scheduler("default-scheduler", default, str(self.admin_kubeconfig),
-                              self.ports.default_scheduler)
+                             self.ports.default_scheduler)
 
     def start_scheduler(self, name: str, config: Path, kubeconfig: str, port: int) -> None:
         process = self.run(name, [
