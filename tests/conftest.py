@@ -155,28 +155,13 @@ def webhook_server(folder: Path) -> Iterator[tuple[str, ssl.SSLContext, Path]]:
     cert.private_key_pem.write_to_path(str(key_file))
     ca.cert_pem.write_to_path(str(ca_file))
     webhook = WebhookListener(bind_socket("127.0.0.1", 0), str(cert_file), str(key_file))
-    server = RaygateServer(ClusterCache(PolicyConfig(), "test"), bind_socket("127.0.0.1", 0),
-                           "127.0.0.1:0", webhook=webhook)
-    loop = uvloop.new_event_loop()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.run())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    # Ready once its plain HTTP port answers: the webhook listener is served beside it,
+    # on a socket already listening.
+    server = ServerThread(ClusterCache(PolicyConfig(), "test"), FakeClock(), webhook=webhook)
+    server.start()
     context = ssl.create_default_context()
     ca.configure_trust(context)
-    url = f"https://127.0.0.1:{webhook.sock.getsockname()[1]}"
-    with httpx.Client(verify=context) as client:
-        for _ in range(500):
-            try:
-                client.get(f"{url}/healthz")
-                break
-            except httpx.TransportError:
-                threading.Event().wait(0.01)
     try:
-        yield url, context, ca_file
+        yield f"https://127.0.0.1:{webhook.sock.getsockname()[1]}", context, ca_file
     finally:
-        loop.call_soon_threadsafe(server.stop)
-        thread.join(15)
+        server.stop()
