@@ -23,12 +23,16 @@ fails when the file is not what this makes of it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from jsonschema import Draft202012Validator, FormatChecker
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from raygate.extender.api.explain import ExplainReply
 from raygate.extender.state import convert
@@ -499,6 +503,27 @@ def build(current: Schema) -> Schema:
         "paths": dict(sorted(paths.items())),
         "components": {"schemas": dict(sorted({**hand, **generated}.items()))},
     }
+
+
+# --- checking bodies against the document ------------------------------------------------
+
+
+@functools.cache
+def _registry() -> Registry[Any]:
+    document = json.loads(DOCUMENT.read_text())
+    registry: Registry[Any] = Registry().with_resource(
+        "urn:raygate:openapi", Resource.from_contents(document, default_specification=DRAFT202012))
+    return registry
+
+
+def schema_errors(schema: Schema, body: Any) -> list[str]:
+    """What is wrong with ``body`` against ``schema``, one of the document's (its ``$ref``s
+    resolved in the file as it is), formats checked; empty when nothing is."""
+    target = schema.get("$ref")
+    validator = Draft202012Validator({"$ref": "urn:raygate:openapi" + target} if target
+                                     else schema, registry=_registry(),
+                                     format_checker=FormatChecker())
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(body)]
 
 
 def render(document: Schema) -> str:

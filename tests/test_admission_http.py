@@ -21,9 +21,7 @@ import httpx
 import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from jsonschema import Draft202012Validator, FormatChecker
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+from jsonschema import Draft202012Validator
 
 from raygate.client import HttpAdmissionClient
 from raygate.extender.errors import RayClusterNotFound
@@ -32,14 +30,13 @@ from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.admission import PodState
 from raygate.plugin.config import PolicyConfig
 from tests import admission_scenarios as sc
+from tests import openapi_document
 from tests.builders import T0_EPOCH, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, wait_until
 from tests.docs import doc
 
 ROOT = Path(__file__).resolve().parent.parent
-OPENAPI = json.loads((ROOT / "raygate" / "extender" / "openapi.json").read_text())
-_REGISTRY = Registry().with_resource(
-    "urn:raygate:openapi", Resource.from_contents(OPENAPI, default_specification=DRAFT202012))
+OPENAPI = json.loads(openapi_document.DOCUMENT.read_text())
 WAIT = 10.0
 """Seconds to wait for something that happens in milliseconds: generous, never a sleep."""
 
@@ -58,12 +55,8 @@ def check(template: str, response: httpx.Response) -> Any:
         assert response.headers["etag"]
         return None
     assert response.headers["content-type"] == "application/json"
-    schema = spec["content"]["application/json"]["schema"]
     body = response.json()
-    validator = Draft202012Validator({"$ref": "urn:raygate:openapi" + schema["$ref"]}
-                                     if "$ref" in schema else schema,
-                                     registry=_REGISTRY, format_checker=FormatChecker())
-    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(body)]
+    errors = openapi_document.schema_errors(spec["content"]["application/json"]["schema"], body)
     assert not errors, errors
     return body
 

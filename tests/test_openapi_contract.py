@@ -27,9 +27,6 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from jsonschema import Draft202012Validator, FormatChecker
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 from schemathesis.checks import negative_data_rejection
 
 from raygate.extender.api.webhook import webhook_routes
@@ -71,19 +68,6 @@ def test_every_route_served_is_in_the_document_and_no_other(demo_server: ServerT
     assert served == documented
 
 
-def _validator(schema_: dict[str, Any]) -> Draft202012Validator:
-    registry: Registry[Any] = Registry().with_resource(
-        "urn:raygate:openapi", Resource.from_contents(OPENAPI,
-                                                      default_specification=DRAFT202012))
-    ref = schema_.get("$ref")
-    return Draft202012Validator({"$ref": "urn:raygate:openapi" + ref} if ref else schema_,
-                                registry=registry, format_checker=FormatChecker())
-
-
-def _errors(schema_: dict[str, Any], body: Any) -> list[str]:
-    return [f"{list(e.absolute_path)}: {e.message}" for e in _validator(schema_).iter_errors(body)]
-
-
 def _golden() -> Iterator[tuple[str, str, Path]]:
     """(path, "request" | "reply", fixture) for every golden fixture."""
     for fixture in sorted((FIXTURES / "scheduler").glob("*.json")):
@@ -108,7 +92,8 @@ def test_golden_fixtures_match_the_document(path: str, part: str, fixture: Path)
         body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
     else:
         body_schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
-    assert not _errors(body_schema, json.loads(fixture.read_bytes())), fixture.name
+    assert not openapi_document.schema_errors(body_schema, json.loads(fixture.read_bytes())), \
+        fixture.name
 
 
 # --- schemathesis over the whole document --------------------------------------------------
