@@ -43,7 +43,7 @@ from raygate.extender.kube.transport import (
 )
 from raygate.extender.logs import about
 from raygate.extender.state import convert
-from raygate.extender.state.keys import View, object_key
+from raygate.extender.state.keys import POD, RAYCLUSTER, View, object_key
 from raygate.extender.state.snapshot import Snapshot
 from raygate.extender.state.sync import KindSync
 from raygate.extender.wire import kube
@@ -317,8 +317,8 @@ class KindWatcher:
             log.warning("%s %s/%s: cannot read it (%s); leaving it out", self.kind,
                         meta.namespace, meta.name, exc, extra=about(
                             namespace=meta.namespace,
-                            pod=meta.name if self.kind == "Pod" else "",
-                            raycluster=meta.name if self.kind == "RayCluster" else ""))
+                            pod=meta.name if self.kind == POD else "",
+                            raycluster=meta.name if self.kind == RAYCLUSTER else ""))
             return None
         return view
 
