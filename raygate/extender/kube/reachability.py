@@ -29,8 +29,8 @@ class Reachability:
         self._lock = threading.Lock()
         self.down_since: float | None = None
         """When the first failure of the current outage happened; None while answering.
-        Read without the lock on the hot path (a watch event): a stale read only delays
-        the "answers again" line to the next answer."""
+        Read without the lock on every answer (each LIST page, each watch opened): a
+        stale read only delays the "answers again" line to the next answer."""
         self.failures = 0
         """Failed attempts in the current outage, every kind counted."""
 
