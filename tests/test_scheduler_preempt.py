@@ -16,8 +16,9 @@ from raygate.extender.state import convert
 from raygate.extender.wire import kube
 from raygate.plugin.classify import group_floor
 from raygate.plugin.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView
+from raygate.plugin.placement import decide
 from raygate.plugin.victims import Candidate, select_victims
-from tests.builders import Obj, make_node, make_pod, make_raycluster, uid_for
+from tests.builders import T0_EPOCH, Obj, iso, make_node, make_pod, make_raycluster, uid_for
 from tests.conftest import ServerThread, post_json, snapshot_of
 
 # gpu-1: 16 CPU, 8 GPUs. The preemptor wants 4 GPUs and 8 CPU at priority 100.
@@ -44,8 +45,19 @@ def other(name: str, node: str = "gpu-1", cpu: str = "4", priority: int = 0) -> 
     return make_pod(name, "default").requests(cpu=cpu).on(node).priority(priority).obj()
 
 
+def gpu_job(name: str, node: str) -> Obj:
+    return make_pod(name, "ml").requests(cpu="4", nvidia_com_gpu="1").on(node) \
+        .priority(-10).obj()
+
+
 NODES = [make_node("gpu-1").gpus(8).obj(), make_node("gpu-2").gpus(8).obj(),
+         make_node("gpu-l").label("nvidia.com/gpu.present", "true").obj(),
          make_node("cpu-1").obj()]
+# rc2: floor 2 in `floor`, none scheduled; `extra` has floor 2, met on cpu-1 in the cases.
+CLUSTER_2 = make_raycluster("rc2", "ml").autoscaling() \
+    .group("floor", replicas=2, min=2, max=2).group("extra", replicas=2, min=2, max=4).obj()
+FLOOR_PREEMPTOR = make_pod("floor-0", "ml").ray("rc2", "floor").requests(cpu="2") \
+    .priority(1000).obj()
 
 
 @dataclass
@@ -56,6 +68,7 @@ class Case:
     """node -> victim UIDs, as kube-scheduler proposes them."""
     expected: dict[str, list[str]]
     pdb: dict[str, int] = field(default_factory=dict)
+    preemptor: Obj = field(default_factory=lambda: PREEMPTOR)
 
 
 CASES = [
@@ -141,18 +154,49 @@ CASES = [
          {"node-x": [uid("b1")]}, {}),
     Case("a victim the cache places on another node is treated as unknown",
          [over("o1", node="gpu-2")], {"gpu-1": [uid("o1")]}, {"gpu-1": [uid("o1")]}),
+    # preempt agrees with filter: a node filter refuses the preemptor is dropped whatever
+    # its victims (kube-scheduler's dry run never asks the extender's filter).
+    Case("a CPU-only floor worker evicts nothing on a GPU node",
+         [gpu_job("job", "gpu-1"), other("web", node="cpu-1")],
+         {"gpu-1": [uid("job", "ml")], "cpu-1": [uid("web", "default")]},
+         {"cpu-1": [uid("web", "default")]}, preemptor=FLOOR_PREEMPTOR),
+    Case("a GPU node labelled as one is refused the same way",
+         [gpu_job("job", "gpu-l")], {"gpu-l": [uid("job", "ml")]}, {},
+         preemptor=FLOOR_PREEMPTOR),
+    Case("a CPU-only head evicts nothing on a GPU node",
+         [gpu_job("job", "gpu-1")], {"gpu-1": [uid("job", "ml")]}, {},
+         preemptor=make_pod("head", "ml").head("rc2").requests(cpu="2").priority(1000).obj()),
+    Case("a thrash-guarded surplus worker evicts nothing on a GPU node",
+         [gpu_job("job", "gpu-1"), make_pod("was", "ml").ray("rc2", "extra").requests(cpu="2")
+          .on("gpu-2").preempted(iso(T0_EPOCH - 10)).obj(),
+          *[make_pod(f"f{i}", "ml").ray("rc2", "extra").requests(cpu="2").on("cpu-1").obj()
+            for i in range(2)]],
+         {"gpu-1": [uid("job", "ml")]}, {},
+         preemptor=make_pod("extra", "ml").ray("rc2", "extra").requests(cpu="2")
+         .priority(1000).obj()),
+    Case("a surplus worker may still preempt on a GPU node (it is only scored low there)",
+         [gpu_job("job", "gpu-1"),
+          *[make_pod(f"f{i}", "ml").ray("rc2", "extra").requests(cpu="2").on("cpu-1").obj()
+            for i in range(2)]],
+         {"gpu-1": [uid("job", "ml")]}, {"gpu-1": [uid("job", "ml")]},
+         preemptor=make_pod("extra", "ml").ray("rc2", "extra").requests(cpu="2")
+         .priority(1000).obj()),
+    Case("a refused preemptor on a node raygate never saw passes through (fail open)",
+         [], {"node-x": ["a"]}, {"node-x": ["a"]}, preemptor=FLOOR_PREEMPTOR),
 ]
 
-def _meta_body(proposed: dict[str, list[str]], pdb: dict[str, int]) -> dict[str, Any]:
-    return {"Pod": PREEMPTOR, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
+def _meta_body(proposed: dict[str, list[str]], pdb: dict[str, int],
+               preemptor: Obj = PREEMPTOR) -> dict[str, Any]:
+    return {"Pod": preemptor, "NodeNameToVictims": None, "NodeNameToMetaVictims": {
         node: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb.get(node, 0)}
         for node, uids in proposed.items()}}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_preempt_meta_victims(case: Case, server: ServerThread, client: httpx.Client) -> None:
-    server.publish(*NODES, CLUSTER, *case.objects)
-    reply = post_json(client, "/scheduler/preempt", _meta_body(case.proposed, case.pdb))
+    server.publish(*NODES, CLUSTER, CLUSTER_2, *case.objects)
+    reply = post_json(client, "/scheduler/preempt",
+                      _meta_body(case.proposed, case.pdb, case.preemptor))
     assert reply.status_code == 200
     result = reply.json()["NodeNameToMetaVictims"]
     assert {n: [p["UID"] for p in v["Pods"]] for n, v in result.items()} == case.expected
@@ -189,7 +233,7 @@ def _view(obj: Obj) -> PodView:
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> tuple[list[Obj], dict[str, list[str]]]:
+def clusters(draw: st.DrawFn) -> tuple[list[Obj], dict[str, list[str]], Obj]:
     nodes = ["gpu-1", "gpu-2", "cpu-1"]
     builder = make_raycluster("rc").autoscaling(draw(st.booleans()))
     groups = []
@@ -220,26 +264,37 @@ def clusters(draw: st.DrawFn) -> tuple[list[Obj], dict[str, list[str]]]:
             on_node.setdefault(node, []).append(obj["metadata"]["uid"])
     proposed = {n: draw(st.lists(st.sampled_from(uids), min_size=1, unique=True))
                 for n, uids in on_node.items() if draw(st.booleans())}
-    return objects, proposed
+    # The preemptor: the GPU job, or a pending CPU-only Ray pod of any group (floor or
+    # surplus, as the cluster drawn makes it) or the head.
+    preemptor = draw(st.one_of(
+        st.just(PREEMPTOR),
+        st.sampled_from(groups).map(lambda g: make_pod("p").ray("rc", g).requests(cpu="1")
+                                    .priority(100).obj()),
+        st.just(make_pod("p").head("rc").requests(cpu="1").priority(100).obj())))
+    return objects, proposed, preemptor
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
 def test_victims_never_take_a_group_below_its_floor(
-    case: tuple[list[Obj], dict[str, list[str]]]
+    case: tuple[list[Obj], dict[str, list[str]], Obj]
 ) -> None:
-    objects, proposed = case
+    """...and never on a node filter would refuse the preemptor."""
+    objects, proposed, preemptor_obj = case
     snap = snapshot_of(*NODES, *objects)
-    preemptor = _view(PREEMPTOR)
+    preemptor = _view(preemptor_obj)
     candidates = []
     for node, uids in proposed.items():
         known = tuple(p for u in uids if (p := snap.pod(u)) is not None)
         candidates.append(Candidate(node, known))
-    outcomes = select_victims(preemptor, candidates, snap)
+    decision = decide(preemptor, snap, snap.config, T0_EPOCH)
+    outcomes = select_victims(preemptor, candidates, snap, decision)
     cluster = snap.raycluster("ray", "rc")
     assert cluster is not None
     evicted: set[str] = set()
     for outcome in outcomes:
+        assert outcome.refused == (decision.refusal(bool(snap.is_gpu_node(
+            outcome.node_name))) is not None)
         if outcome.dropped:
             assert outcome.victims == []
             continue

@@ -191,6 +191,40 @@ def test_victims_all_protected_is_a_veto(server: ServerThread, client: httpx.Cli
     assert reply.json() == {"status": 1, "victims": []}
 
 
+# The evictor's predicate agrees with its victims: an evictee on a node the predicate
+# refuses the evictor never goes (Volcano's preempt and reclaim run the predicate first;
+# this holds when another plugin fails the node before raygate's predicate is asked).
+EVICTOR_CASES = [
+    ("cpu-only floor worker: nothing on a GPU node", base("b9").priority(1000).obj(),
+     ["job-gpu", "web-cpu"], ["web-cpu"]),
+    ("cpu-only head: nothing on a GPU node",
+     make_pod("h2").head("rc").priority(1000).obj(), ["job-gpu", "web-cpu"], ["web-cpu"]),
+    ("surplus worker: GPU nodes allowed", over("o9").priority(1000).obj(),
+     ["job-gpu", "web-cpu"], ["job-gpu", "web-cpu"]),
+    ("GPU Ray worker: GPU nodes allowed",
+     make_pod("g9").ray("rc", "gpu").requests(nvidia_com_gpu="1").priority(1000).obj(),
+     ["job-gpu", "web-cpu"], ["job-gpu", "web-cpu"]),
+]
+
+
+@pytest.mark.parametrize("verb", ["preemptable", "reclaimable"])
+@pytest.mark.parametrize("case", [c[1:] for c in EVICTOR_CASES],
+                         ids=[c[0] for c in EVICTOR_CASES])
+def test_victims_never_on_a_node_the_predicate_refuses_the_evictor(
+    verb: str, case: tuple[Obj, list[str], list[str]], server: ServerThread,
+    client: httpx.Client,
+) -> None:
+    evictor, offered, kept = case
+    pods = {"job-gpu": make_pod("job-gpu", "ml").requests(nvidia_com_gpu="1").on("gpu-1").obj(),
+            "web-cpu": make_pod("web-cpu", "ml").on("cpu-1").obj()}
+    floor = [base("b1").on("cpu-1").obj()]  # base's floor is 2: one scheduled, b9 pending
+    server.publish(CPU, GPU, CLUSTER, *floor, *pods.values(),
+                   *[over(f"o{i}").on("cpu-1").obj() for i in range(2)])
+    reply = victims(client, verb, evictor, [task_info(pods[name]) for name in offered])
+    assert reply.json()["status"] == 1
+    assert [v["Name"] for v in reply.json()["victims"]] == kept
+
+
 def test_victims_abstain_when_nothing_concerns_raygate(client: httpx.Client) -> None:
     reply = victims(client, "reclaimable", TRAINER,
                     [task_info(make_pod("web", "default").on("cpu-1").obj())])

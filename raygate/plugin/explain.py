@@ -1,6 +1,7 @@
 """``raygate explain``: why a pod would be placed where it would, node by node.
 
-The same decision ``filter`` and ``prioritize`` make (``placement.decide``), spelled out:
+The same decision ``filter``, ``prioritize`` and ``preempt`` make (``placement.decide``),
+spelled out:
 each node's class and why, the filter verdict and rule, the score; the pod's role and
 why, and the thrash guard's state. Tests hold it to what the extender really answers.
 """
@@ -67,7 +68,8 @@ def _node(name: str, view_node: NodeView | None, decision: Decision,
         name, node_class, class_reason or "",
         passes=refusal is None,
         rule=decision.rule.value if refusal is not None else "",
-        reason=refusal if refusal is not None else (
+        # preempt drops the nodes filter refuses: evicting there frees room for nothing.
+        reason=f"{refusal}; preempt drops it too" if refusal is not None else (
             "passes" if managed else f"passes: {decision.reason}"),
         score=score(is_gpu) if managed else None,
     )

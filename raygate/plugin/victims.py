@@ -18,6 +18,7 @@ from raygate.plugin.model import (
     PodView,
     Role,
 )
+from raygate.plugin.placement import Decision
 
 __all__ = [
     "Candidate",
@@ -68,6 +69,9 @@ class NodeOutcome:
     """Pods added in place of protected ones, ``ns/name``."""
     dropped: str = ""
     """Why the node was dropped; empty when it is kept."""
+    refused: bool = False
+    """Dropped because filter refuses the node to the preemptor: evicting there frees
+    room the preemptor may not use."""
     all_surplus: bool = False
 
 
@@ -128,8 +132,15 @@ def select_victims(
     preemptor: PodView,
     candidates: Sequence[Candidate],
     view: ClusterView,
+    decision: Decision,
 ) -> list[NodeOutcome]:
     """Decide, per candidate node, which victims raygate agrees to.
+
+    ``decision`` is the preemptor's placement, as filter decides it. A node filter would
+    refuse the preemptor is dropped whatever its victims: kube-scheduler's dry run runs
+    only its own plugins, so a GPU node full with a GPU pod is a candidate for a CPU-only
+    floor worker, and agreeing would evict the GPU pod for room the next cycle's filter
+    refuses. A node raygate has never seen passes, as in filter (fail open).
 
     Protected pods (floor, head, ``volcano.sh/preemptable: "false"``) are removed. If the
     preemptor then no longer fits on the node — allocatable minus the requests of every
@@ -142,13 +153,23 @@ def select_victims(
     """
     roles = _Roles(view)
     need = pod_requests(preemptor)
-    outcomes = [_one_node(preemptor, need, c, view, roles) for c in candidates]
+    outcomes = [_refused(c, view, decision) or _one_node(preemptor, need, c, view, roles)
+                for c in candidates]
     if any(o.all_surplus for o in outcomes if not o.dropped):
         for outcome in outcomes:
             if not outcome.dropped and not outcome.all_surplus:
                 outcome.dropped = "another candidate needs only Ray surplus workers as victims"
                 outcome.victims = []
     return outcomes
+
+
+def _refused(candidate: Candidate, view: ClusterView, decision: Decision) -> NodeOutcome | None:
+    """The node dropped, when filter refuses it to the preemptor; else None."""
+    refusal = decision.refusal(bool(view.is_gpu_node(candidate.node_name)))
+    if refusal is None:
+        return None
+    return NodeOutcome(candidate.node_name, refused=True,
+                       dropped=f"filter refuses this node to the preemptor ({refusal})")
 
 
 def _one_node(
@@ -247,7 +268,8 @@ PERMIT, ABSTAIN = 1, 0  # util.Permit / util.Abstain in Volcano
 
 
 def volcano_victims(
-    evictor: PodView | None, evictees: Sequence[PodView], view: ClusterView
+    evictor: PodView | None, evictees: Sequence[PodView], view: ClusterView,
+    decision: Decision | None = None,
 ) -> VolcanoVote:
     """Which of Volcano's candidate evictees may go.
 
@@ -256,6 +278,12 @@ def volcano_victims(
     protected (floor, head, preemptable=false), surplus workers on GPU nodes first, then
     the rest in Volcano's order. When all are protected the permit carries an empty list,
     which vetoes eviction in raygate's tier — the floor holds.
+
+    ``decision`` is the evictor's placement: an evictee on a node the predicate refuses
+    the evictor is removed too. Volcano's preempt and reclaim already run the predicate on
+    each candidate node before they ask (``PredicateForPreemptAction``), so with raygate's
+    predicate on this only repeats it; with the predicate off, or masked by another
+    plugin that fails the node first, it keeps the two verbs from disagreeing.
     """
     roles = _Roles(view)
     concerned = (evictor is not None and evictor.is_ray) or any(
@@ -268,6 +296,10 @@ def volcano_victims(
     for i, pod in enumerate(evictees):
         role = roles.of(pod)
         why = protection(pod, role)
+        if not why and decision is not None:
+            refusal = decision.refusal(bool(view.is_gpu_node(pod.node_name)))
+            if refusal is not None:
+                why = f"on a node the evictor may not use ({refusal})"
         if why:
             vote.removed.append((pod.ref, why))
         elif role is Role.SURPLUS and view.is_gpu_node(pod.node_name):

@@ -204,7 +204,11 @@ class SchedulerExtender:
         unknown = sum(len(c.unknown_uids) for c in candidates)
         if unknown:
             metrics.unknown_victims.inc(unknown)
-        outcomes = select_victims(preemptor, candidates, snap)
+        # The preemptor's placement, as filter decides it: preempt drops the nodes filter
+        # would refuse it, so no pod is evicted for room the preemptor may not use.
+        decision = decide_counted(preemptor, snap, self.clock(), verb="preempt",
+                                  metrics=metrics, log=log)
+        outcomes = select_victims(preemptor, candidates, snap, decision)
         result: dict[str, wire.MetaVictims] = {}
         for outcome in outcomes:
             if outcome.removed or outcome.substituted or outcome.dropped:
@@ -215,6 +219,8 @@ class SchedulerExtender:
                     metrics.victims_substituted.inc(len(outcome.substituted))
                 if outcome.dropped:
                     metrics.nodes_dropped.inc()
+                if outcome.refused:
+                    metrics.refused[decision.rule].inc()
                 log.info(
                     "preempt %s on %s: protected %s, substituted %s%s",
                     preemptor.ref, outcome.node_name,

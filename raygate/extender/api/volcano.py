@@ -147,7 +147,11 @@ class VolcanoExtender:
             except DECODE_ERRORS as exc:
                 raise BadRequest(f"cannot decode $.evictees[{i}]: {exc}") from None
             evictees.append(_task_pod(task, f"evictees[{i}]"))
-        vote = volcano_victims(evictor, evictees, self.cache.snapshot)
+        snap = self.cache.snapshot
+        # The evictor's placement, as predicate decides it: no evictee goes from a node
+        # the predicate refuses the evictor.
+        decision = self._decide(evictor, snap, "victims", self._victims_metrics)
+        vote = volcano_victims(evictor, evictees, snap, decision)
         if vote.removed:
             self._victims_metrics.victims_removed.inc(len(vote.removed))
             log.info("preemptable %s: protected %s", evictor.ref,
