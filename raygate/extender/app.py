@@ -111,16 +111,18 @@ def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
     return cache
 
 
-def _server(settings: ServeSettings, cache: ClusterCache,
-            authorizer: Authorizer | None) -> RaygateServer:
+def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer | None,
+            transport: KubeTransport | None) -> RaygateServer:
     sock = _listen(settings.http_addr, "--http-addr")
     webhook = None
     if settings.webhook_addr:  # load_settings made sure TLS is there
         webhook = WebhookListener(_listen(settings.webhook_addr, "--webhook-addr"),
                                   settings.webhook_cert, settings.webhook_key)
     try:
+        annotate = (transport.annotate_pod
+                    if transport is not None and settings.requeue == "on" else None)
         server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
-                               webhook=webhook, authorizer=authorizer)
+                               webhook=webhook, authorizer=authorizer, annotate_pod=annotate)
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
     if authorizer is not None:
@@ -146,10 +148,11 @@ def serve(loaded: Loaded) -> None:
         if authorizer is not None:
             running.callback(authorizer.close)
         cache = _cache(settings, source)
-        server = _server(settings, cache, authorizer)
-        if source.connection is not None:
+        transport = None if source.connection is None else KubeTransport(source.connection)
+        server = _server(settings, cache, authorizer, transport)
+        if transport is not None:
             # Serving starts at once: /readyz answers 503 until every kind is listed.
-            live = LiveSource(cache, KubeTransport(source.connection))
+            live = LiveSource(cache, transport)
             live.start()
             running.callback(live.stop)
             log.info("following %s", source.description)

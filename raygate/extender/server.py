@@ -30,6 +30,7 @@ from raygate.extender.api.admission import AdmissionService, admission_routes
 from raygate.extender.api.explain import SERVICE_NAME as EXPLAIN_SERVICE
 from raygate.extender.api.explain import ExplainService, add_explain_service, explain_routes
 from raygate.extender.api.health import health_routes
+from raygate.extender.api.requeue import Annotate, StaleRefusals
 from raygate.extender.api.scheduler import SchedulerExtender, scheduler_routes
 from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
 from raygate.extender.api.webhook import webhook_routes
@@ -150,7 +151,11 @@ class RaygateServer:
         webhook: WebhookListener | None = None,
         authorizer: AccessGuard | None = None,
         cert_poll_seconds: float = CERT_POLL_SECONDS,
+        annotate_pod: Annotate | None = None,
     ) -> None:
+        """``annotate_pod``: how to write a pod's annotation, for asking kube-scheduler to
+        try a pod again whose refusal went stale; None: never asked (no cluster, or
+        ``requeue.staleRefusals: off``)."""
         self.cache = cache
         self.settings = settings
         self.http_sock = http_sock
@@ -164,6 +169,9 @@ class RaygateServer:
         self.metrics = Metrics()
         self.scheduler = scheduler or SchedulerExtender(cache)
         self.scheduler.bind_metrics(self.metrics)
+        self.stale_refusals = None if annotate_pod is None else StaleRefusals(
+            cache, self.scheduler.clock, annotate_pod, self.metrics)
+        self.scheduler.stale_refusals = self.stale_refusals
         self.started = asyncio.Event()
         # The admission status reads the scheduler's clock: one notion of `now`.
         self.admission = AdmissionService(cache, self.scheduler.clock)
@@ -228,6 +236,8 @@ class RaygateServer:
         # Long-polls and Watch streams wait on this loop; the cache may publish from any
         # thread, and the service hops onto the loop with call_soon_threadsafe.
         self.admission.attach(loop)
+        if self.stale_refusals is not None:
+            self.stale_refusals.attach(loop)
         await grpc_server.start()
 
         async def set_health() -> None:
@@ -263,6 +273,8 @@ class RaygateServer:
             polling.cancel()
             stop_following()
             self.admission.close()
+            if self.stale_refusals is not None:
+                self.stale_refusals.close()
             if self._shutdown is not None:
                 await self._shutdown  # the gRPC server's own grace
             else:  # the HTTP server ended without stop(): a failure, nothing to drain

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from raygate.extender.api.decisions import DecisionMemo, count_decision, decide_counted
+from raygate.extender.api.requeue import StaleRefusals
 from raygate.extender.errors import BadRequest, MissingField, Peer
 from raygate.extender.http.routes import Route
 from raygate.extender.logs import about
@@ -114,6 +115,9 @@ class SchedulerExtender:
         self.clock = clock
         self.request_pods = RequestPods()
         self.decisions = DecisionMemo()
+        self.stale_refusals: StaleRefusals | None = None
+        """Where filter notes the pods it refuses GPU nodes to (set by the server when it
+        may ask kube-scheduler to try them again)."""
         self.bind_metrics(metrics or Metrics())
 
     def bind_metrics(self, metrics: Metrics) -> None:
@@ -150,7 +154,7 @@ class SchedulerExtender:
         if isinstance(names, list):
             passed, failed = filter_names(decision, names, snap.gpu_node_names)
             if failed:
-                self._filter_metrics.refused[decision.rule].inc(len(failed))
+                self._refused(pod, decision, len(failed))
             return _encode(
                 wire.FilterResult(node_names=passed, failed_and_unresolvable_nodes=failed))
         if isinstance(args.nodes, wire.NodeListRaw):
@@ -166,11 +170,16 @@ class SchedulerExtender:
                 else:
                     kept.append(raw)
             if failed:
-                self._filter_metrics.refused[decision.rule].inc(len(failed))
+                self._refused(pod, decision, len(failed))
             return _encode(wire.FilterResult(
                 nodes=wire.NodeListOut(items=kept), failed_and_unresolvable_nodes=failed))
         # Neither names nor nodes: there is nothing to filter; answer with no nodes.
         return _encode(wire.FilterResult(node_names=[]))
+
+    def _refused(self, pod: PodView, decision: Decision, nodes: int) -> None:
+        self._filter_metrics.refused[decision.rule].inc(nodes)
+        if self.stale_refusals is not None:
+            self.stale_refusals.note(pod, decision)
 
     def prioritize(self, body: bytes) -> bytes:
         args: wire.FilterArgs = _decode(wire.decode_filter_args, body)

@@ -102,6 +102,10 @@ class ServeSettings:
     shutdown_grace_seconds: float = 20.0
     """In-flight requests get this long to finish after the listeners close."""
 
+    requeue: str = "on"
+    """on | off: annotate a pending pod whose refusal of GPU nodes a later snapshot
+    reverses, so kube-scheduler tries it again (needs ``patch`` on pods)."""
+
     log_level: str = "info"
     """debug | info | warning | error; debug is one line per scheduling decision."""
     log_format: str = "auto"
@@ -156,6 +160,15 @@ def _choice(options: tuple[str, ...]) -> Converter:
             return value
         raise InvalidValue(f"one of {', '.join(options)}")
     return convert
+
+
+def _on_off(value: object, text: bool) -> str:
+    # YAML 1.1 reads a bare on/off as a boolean, as in _authz_mode.
+    if isinstance(value, bool) and not text:
+        return "on" if value else "off"
+    if value in ("on", "off"):
+        return str(value)
+    raise InvalidValue("one of on, off")
 
 
 def _authz_mode(value: object, text: bool) -> str:
@@ -263,6 +276,10 @@ SETTINGS: tuple[Setting, ...] = (
              metavar="SECONDS"),
     _setting("shutdown_grace_seconds", "shutdown.graceSeconds", _seconds(False),
              "in-flight requests get this long to finish", metavar="SECONDS"),
+    _setting("requeue", "requeue.staleRefusals", _on_off,
+             "annotate a pending pod when a later snapshot reverses filter's refusal of GPU "
+             "nodes (its group's floor filled meanwhile), so kube-scheduler tries it again; "
+             "needs patch on pods", choices=("on", "off")),
     _setting("log_level", "log.level", _choice(LOG_LEVELS), "", choices=LOG_LEVELS),
     _setting("log_format", "log.format", _choice(LOG_FORMATS),
              "json: one JSON object a line; text: for people; auto: text on a terminal, "

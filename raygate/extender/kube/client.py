@@ -276,6 +276,21 @@ class KubeTransport:
         response = self._get(path, query, (self.request_timeout, self.request_timeout))
         return self._read(response, f"GET {path}")
 
+    def annotate_pod(self, namespace: str, name: str, uid: str,
+                     annotations: Mapping[str, str]) -> None:
+        """Set ``annotations`` on a pod, if it is still the pod ``uid`` (the UID in the
+        patch is a precondition: a pod made anew under the same name answers 409)."""
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        try:
+            k8s.CoreV1Api(self.api).patch_namespaced_pod(
+                name, namespace, body, _preload_content=False,
+                _request_timeout=(self.request_timeout, self.request_timeout))
+        except k8s.ApiException as exc:
+            raise TransportError(f"PATCH pod {namespace}/{name}: {exc.status} {exc.reason}"
+                                 ) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"PATCH pod {namespace}/{name}: {exc}") from None
+
     def discover(self, group_version: str) -> frozenset[str] | None:
         # Discovery is readable by every authenticated client (the system:discovery
         # ClusterRole): it needs no RBAC rule of raygate's own.

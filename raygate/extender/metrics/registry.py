@@ -264,10 +264,18 @@ class Metrics:
             "pod was decided on the same snapshot, e.g. by filter before prioritize, and that "
             "decision was reused) or miss (decided anew).",
             ["verb", "result"])
+        self.requeue_nudges = _Counter(
+            "raygate_requeue_nudges",
+            "Pending pods raygate annotated so that kube-scheduler tries them again: filter "
+            "refused them GPU nodes on a decision a later snapshot reverses (their group's "
+            "floor filled, the thrash guard ended, the RayCluster appeared), by the rule "
+            "that refused and result: patched, or failed (logged; the pod waits for the next "
+            "cluster event or kube-scheduler's periodic flush).",
+            ["rule", "result"])
         r.register(_Families([
             self.request_seconds, self.requests, self.request_errors, self.decisions,
             self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open,
-            self.requests_timed_out, self.decision_reuse]))
+            self.requests_timed_out, self.decision_reuse, self.requeue_nudges]))
         # The standard process_* and python_* families, under the names every dashboard
         # and alert for a Python service already uses; on this registry, as the default
         # one is never served.
