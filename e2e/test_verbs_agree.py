@@ -1,0 +1,202 @@
+"""raygate's verbs agree with each other, on the real kube-scheduler.
+
+1. A CPU-only floor worker of priority 1000 finds its CPU node full with pods of its own
+   priority; the only lower-priority pod is a GPU pod filling the GPU node.
+   kube-scheduler's preemption dry run runs its own plugins only, so the GPU node is a
+   candidate. With raygate, preempt drops it (filter would refuse the worker that node):
+   the GPU pod stays. Without raygate, the stock scheduler evicts the GPU pod and binds
+   the worker on the GPU node.
+2. The race: surplus workers filtered while raygate has not yet seen their group's floor
+   pods bound are refused GPU nodes as floor workers. Forced with a raygate whose view
+   lags by seconds (``e2e.lagging``); with the stale-refusal requeue, every surplus pod is
+   bound within seconds of raygate catching up, run after run; without it, they are
+   left pending with room on the GPU node.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from e2e import report
+from e2e.lagging import SCHEDULER_NAME, LaggingRaygate, metric
+from e2e.objects import TOLERATE_GPU, Group, node, raycluster
+from e2e.scenario import Scenario, wait_until
+from e2e.test_preemption import priority_class
+from testbed.cluster import Testbed
+
+pytestmark = pytest.mark.e2e
+
+RACE_RUNS = 20
+SURPLUS = 10
+
+
+def plain_pod(scenario: Scenario, name: str, node_name: str, *, priority: str, scheduler: str,
+              resources: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": scenario.namespace,
+                         "labels": {"app": name}},
+            "spec": {"schedulerName": scheduler, "priorityClassName": priority,
+                     "nodeSelector": {"kubernetes.io/hostname": node_name},
+                     "tolerations": [TOLERATE_GPU],
+                     "containers": [{"name": name, "image": "example.invalid/work:1",
+                                     "resources": {"requests": resources,
+                                                   "limits": resources}}]}}
+
+
+def tried(pod: dict[str, Any]) -> bool:
+    """kube-scheduler found no room (and so ran preemption), or has bound the pod."""
+    return bool(pod["spec"].get("nodeName")) or any(
+        c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in pod["status"].get("conditions") or [])
+
+
+def floor_preempts(scenario: Scenario, scheduler: str) -> dict[str, Any]:
+    """Nodes cpu-a (4 CPU) and gpu-a (8 CPU, 1 GPU); the GPU pod (priority -10) on gpu-a;
+    a RayCluster at priority 1000 whose head (2 CPU) and floor worker (2 CPU, tolerating
+    the GPU taint) come after a 2-CPU pod of priority 1000 took cpu-a's other half. The
+    floor worker has no room; returns it once kube-scheduler has tried to preempt for it."""
+    name = scenario.name
+    scenario.setup([node(f"{name}-cpu-a", name, cpu=4),
+                    node(f"{name}-gpu-a", name, cpu=8, gpus=1)])
+    scenario.create(priority_class(f"{name}-low", -10))
+    scenario.create(priority_class(f"{name}-ray", 1000))
+    scenario.create(plain_pod(scenario, "gpu-work", f"{name}-gpu-a", priority=f"{name}-low",
+                              scheduler=scheduler,
+                              resources={"cpu": "8", "memory": "1Gi", "nvidia.com/gpu": "1"}))
+    scenario.create(plain_pod(scenario, "cpu-work", f"{name}-cpu-a", priority=f"{name}-ray",
+                              scheduler=scheduler, resources={"cpu": "2", "memory": "1Gi"}))
+    wait_until("the GPU and CPU pods running", lambda: len([
+        p for p in scenario.live_pods() if p["status"].get("phase") == "Running"]) == 2)
+    high = {"priorityClassName": f"{name}-ray"}
+    cluster = raycluster("work", scenario.namespace, name, [
+        Group("floor", 0, "2", min=0, max=1, pod_spec={**high, "tolerations": [TOLERATE_GPU]})],
+        scheduler=scheduler, head_pod_spec=high, autoscaling=False)
+    scenario.create(cluster)
+    wait_until("the head running", lambda: len(scenario.running("headgroup")) == 1, timeout=90)
+    scenario.scale("work", "floor", 1)  # min 0 → the floor is replicas, 1: a floor worker
+    return wait_until("the floor worker tried by the scheduler", lambda: next(
+        (p for p in scenario.group_pods("floor") if tried(p)), None), timeout=90)
+
+
+def test_a_cpu_floor_worker_never_evicts_a_gpu_pod(
+        scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
+    refused = {"verb": "scheduler/preempt", "rule": "floor-avoids-gpu"}
+    before = metric(testbed.raygate_url, "raygate_gpu_nodes_refused_total", **refused)
+    worker = floor_preempts(scenario, "ray-scheduler")
+    wait_until("raygate's preempt dropped the GPU node", lambda: metric(
+        testbed.raygate_url, "raygate_gpu_nodes_refused_total", **refused) > before)
+    time.sleep(10)  # kube-scheduler retries with backoff: give a wrong eviction its chance
+    gpu = scenario.live_pods("app=gpu-work")
+    assert gpu and gpu[0]["status"].get("phase") == "Running", "the GPU pod stays"
+    assert not gpu[0]["metadata"].get("deletionTimestamp")
+    assert not [h for h in scenario.history() if h.disruption], "nothing preempted"
+    pending = [p for p in scenario.group_pods("floor") if not p["spec"].get("nodeName")]
+    assert [p["metadata"]["name"] for p in pending] == [worker["metadata"]["name"]]
+    scenario.step("10 s later: the GPU pod runs, the floor worker waits for a CPU node")
+    path = f"/v1/namespaces/{scenario.namespace}/pods/{worker['metadata']['name']}/explain"
+    request = urllib.request.Request(f"{testbed.raygate_url}{path}",
+                                     headers={"Authorization": f"Bearer {reader_token}"})
+    explained = json.load(urllib.request.urlopen(request, timeout=10))
+    gpu_node = next(n for n in explained["nodes"] if n["name"] == f"{scenario.name}-gpu-a")
+    assert gpu_node["rule"] == "floor-avoids-gpu"
+    assert gpu_node["reason"].endswith("preempt drops it too")
+    report.add("verbs-agree-1-raygate", scenario.timeline(
+        "A CPU-only floor worker (priority 1000) and a GPU pod (priority -10) on the only "
+        "node with lower-priority pods: raygate's preempt drops the GPU node"))
+
+
+def test_without_raygate_the_stock_scheduler_evicts_the_gpu_pod(scenario: Scenario) -> None:
+    floor_preempts(scenario, "default-scheduler")
+    bound = wait_until("the floor worker bound", lambda: next(
+        (p for p in scenario.group_pods("floor") if p["spec"].get("nodeName")), None),
+        timeout=90)
+    assert bound["spec"]["nodeName"] == f"{scenario.name}-gpu-a"
+    assert [h.name for h in scenario.history() if h.disruption] == ["gpu-work"]
+    report.add("verbs-agree-2-stock", scenario.timeline(
+        "The same shape on the stock scheduler: the GPU pod is evicted and the CPU-only "
+        "floor worker takes the GPU node"))
+
+
+# --- the race --------------------------------------------------------------------------
+
+def race(testbed: Testbed, name: str) -> tuple[Scenario, float]:
+    """One run: head and floor 2 on a CPU node with room for just them, a GPU node with
+    room for the surplus; once the floor runs (as the API says, before the lagging raygate
+    knows), the group is scaled to 2 + ``SURPLUS``. Returns the scenario and the time of
+    the scale-up."""
+    scenario = Scenario(testbed, name)
+    scenario.setup([node(f"{name}-cpu", name, cpu=6),
+                    node(f"{name}-gpu", name, cpu=2 * SURPLUS, gpus=1)])
+    tolerate = {"tolerations": [TOLERATE_GPU]}
+    scenario.create(raycluster("race", scenario.namespace, name, [
+        Group("w", 2, "2", min=2, max=2 + SURPLUS, pod_spec=tolerate)],
+        scheduler=SCHEDULER_NAME, autoscaling=False))
+    wait_until("head and floor running", lambda: len(scenario.running("headgroup")) == 1
+               and len(scenario.running("w")) == 2, timeout=90)
+    scenario.scale("race", "w", 2 + SURPLUS)
+    return scenario, scenario.now()
+
+
+def surplus_on_gpu(scenario: Scenario) -> int:
+    return sum(1 for p in scenario.group_pods("w")
+               if p["spec"].get("nodeName") == f"{scenario.name}-gpu")
+
+
+def test_surplus_refused_on_a_lagging_snapshot_is_bound_once_raygate_catches_up(
+        testbed: Testbed) -> None:
+    lagging = LaggingRaygate(testbed, delay=3.0).start()
+    rows = []
+    try:
+        for run in range(RACE_RUNS):
+            scenario, scaled = race(testbed, f"race-{run:02d}")
+            def all_bound(scenario: Scenario = scenario) -> bool:
+                return surplus_on_gpu(scenario) == SURPLUS
+
+            try:
+                wait_until(f"run {run}: {SURPLUS} surplus workers bound on the GPU node",
+                           all_bound, timeout=120)
+                bound = scenario.now() - scaled
+            finally:
+                scenario.close()
+            rows.append((run, bound))
+        nudged = lagging.metric("raygate_requeue_nudges_total", result="patched")
+        refused = lagging.metric("raygate_gpu_nodes_refused_total", verb="scheduler/filter")
+    finally:
+        lagging.stop()
+    # The race was forced: the surplus were refused GPU nodes and asked again.
+    assert refused > 0 and nudged > 0, (refused, nudged)
+    report.add("verbs-agree-3-race", (
+        f"### The race, forced: {RACE_RUNS} runs, raygate's view {3.0:.0f} s behind\n\n"
+        f"Each run: the floor (2) runs, then {SURPLUS} surplus workers are created at once. "
+        f"raygate refused GPU nodes on {refused:.0f} filter answers as floor workers and "
+        f"asked kube-scheduler again {nudged:.0f} times once it saw the floor bound.\n\n"
+        "| run | every surplus worker bound on the GPU node after (s) |\n|---|---|\n"
+        + "".join(f"| {run} | {bound:.1f} |\n" for run, bound in rows)))
+
+
+def test_without_the_requeue_the_surplus_waits_beside_a_free_gpu_node(
+        testbed: Testbed) -> None:
+    """The same race once with ``--requeue=off`` and raygate 10 s behind, so that every
+    event of the scale-up reaches kube-scheduler's queue before raygate catches up."""
+    lagging = LaggingRaygate(testbed, delay=10.0, args=("--requeue=off",)).start()
+    try:
+        scenario, scaled = race(testbed, "race-off")
+        try:
+            # raygate catches up 10 s after the scale-up; 30 s more with nothing to retry.
+            time.sleep(40)
+            stranded = SURPLUS - surplus_on_gpu(scenario)
+            scenario.step(f"{scenario.now() - scaled:.0f} s after the scale-up: "
+                          f"{stranded} surplus workers still pending")
+        finally:
+            scenario.close()
+    finally:
+        lagging.stop()
+    assert stranded > 0, "the race left nothing pending: the scenario did not force it"
+    report.add("verbs-agree-4-race-off", scenario.timeline(
+        "The race without the requeue (raygate 10 s behind): surplus workers wait "
+        "beside a free GPU node"))
