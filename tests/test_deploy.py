@@ -189,11 +189,13 @@ FOLLOWED = {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
             ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
 
 
-def test_raygate_may_only_read() -> None:
-    """Read the kinds the cache follows, and create the two reviews of --authz (which the
-    API server answers and never stores): nothing more."""
+def test_raygate_reads_and_writes_only_pod_annotations() -> None:
+    """Read the kinds the cache follows, patch pods (the stale-refusal annotation), and
+    create the two reviews of --authz (which the API server answers and never stores):
+    nothing more."""
     role = find(render(DEPLOY / "base"), "ClusterRole", "raygate")
     assert _grants(role) == {(g, r, v) for g, r in FOLLOWED for v in READ} | {
+        ("", "pods", "patch"),
         ("authentication.k8s.io", "tokenreviews", "create"),
         ("authorization.k8s.io", "subjectaccessreviews", "create"),
     }
