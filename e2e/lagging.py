@@ -3,25 +3,26 @@
 raygate's cache lags kube-scheduler by the time a watch event takes to arrive: a few
 milliseconds here, rarely more, so a scenario cannot count on the race between a bind and
 raygate's next decision. ``LaggingRaygate`` forces it: a second raygate reads the API
-server through ``DelayProxy``, which hands on every byte the API server sends ``delay``
-seconds late (requests go through at once), and a second kube-scheduler profile,
+server through ``DelayProxy``, which hands on the events of its watches ``delay`` seconds
+late (its lists and writes go through at once), and a second kube-scheduler profile,
 ``ray-scheduler-lagging``, calls it with deploy/'s extender settings. A double of the
 network, not of a component: both are the real programs.
 """
 
 from __future__ import annotations
 
-import heapq
-import socket
+import asyncio
+import json
+import ssl
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import yaml
 
 from testbed.cluster import REPO, Testbed
+from testbed.pki import Pki
 from testbed.processes import free_port, wait_for
 
 __all__ = ["SCHEDULER_NAME", "DelayProxy", "LaggingRaygate", "metric"]
@@ -42,83 +43,85 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 
 class DelayProxy:
-    """TCP on 127.0.0.1:``port`` to ``upstream``; the upstream's bytes arrive ``delay``
-    seconds late, in order. TLS passes through untouched."""
+    """HTTPS on 127.0.0.1:``port`` in front of kube-apiserver, with its certificate: the
+    response to a watch comes ``delay`` seconds late, every other response (a LIST, a
+    PATCH) at once, and nothing overtakes what came before it on a connection. That is a
+    lagging cache: raygate's writes and lists are not slowed, the events after them are.
+    HTTP/1.1 without pipelining, as the kubernetes client speaks it: each request is read
+    whole (head and ``Content-Length`` body) and marks the response that follows."""
 
-    def __init__(self, upstream: tuple[str, int], delay: float) -> None:
-        self.upstream = upstream
+    def __init__(self, upstream_port: int, pki: Pki, delay: float) -> None:
+        self.upstream_port = upstream_port
         self.delay = delay
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._closed = threading.Event()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, name="delay-proxy", daemon=True).start()
+        self._server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._server_tls.load_cert_chain(pki.apiserver_cert, pki.apiserver_key)
+        self._client_tls = ssl.create_default_context(cafile=str(pki.ca_cert))
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="delay-proxy",
+                                        daemon=True)
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(asyncio.start_server(
+            self._handle, "127.0.0.1", 0, ssl=self._server_tls), self._loop).result(30)
+        self.port: int = self._server.sockets[0].getsockname()[1]
 
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.upstream)
-            self._sockets += [client, server]
-            threading.Thread(target=self._pipe, args=(client, server, False),
-                             daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, True),
-                             daemon=True).start()
+    async def _handle(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter
+                      ) -> None:
+        try:
+            upstream, to_upstream = await asyncio.open_connection(
+                "127.0.0.1", self.upstream_port, ssl=self._client_tls,
+                server_hostname="127.0.0.1")
+        except OSError:
+            to_client.close()
+            return
+        late = [False]  # does the response now coming answer a watch?
+        await asyncio.gather(self._requests(client, to_upstream, late),
+                             self._responses(upstream, to_client, late))
 
-    def _pipe(self, source: socket.socket, sink: socket.socket, late: bool) -> None:
-        due: list[tuple[float, int, bytes]] = []
-        ready = threading.Condition()
-        order = 0
-
-        def send() -> None:
-            while True:
-                with ready:
-                    while not due:
-                        ready.wait()
-                    at, _, data = due[0]
-                    wait = at - time.monotonic()
-                    if wait > 0:
-                        ready.wait(wait)
-                        continue
-                    heapq.heappop(due)
-                try:
-                    if not data:
-                        sink.shutdown(socket.SHUT_WR)
-                        return
-                    sink.sendall(data)
-                except OSError:
-                    return
-
-        if late:
-            threading.Thread(target=send, daemon=True).start()
+    @staticmethod
+    async def _requests(client: asyncio.StreamReader, to_upstream: asyncio.StreamWriter,
+                        late: list[bool]) -> None:
         while True:
             try:
-                data = source.recv(65536)
+                head = await client.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                body = await client.readexactly(length)
+            except (OSError, ValueError, asyncio.IncompleteReadError,
+                    asyncio.LimitOverrunError):
+                to_upstream.close()
+                return
+            request_line = head.split(b"\r\n", 1)[0]
+            late[0] = b"watch=true" in request_line or b"watch=1" in request_line
+            to_upstream.write(head + body)
+
+    async def _responses(self, upstream: asyncio.StreamReader,
+                         to_client: asyncio.StreamWriter, late: list[bool]) -> None:
+        loop = asyncio.get_running_loop()
+        due = 0.0  # when the last bytes go: later bytes never go before them
+        while True:
+            try:
+                data = await upstream.read(65536)
             except OSError:
                 data = b""
-            if not late:
-                try:
-                    if not data:
-                        sink.shutdown(socket.SHUT_WR)
-                        return
-                    sink.sendall(data)
-                except OSError:
-                    return
-                continue
-            with ready:
-                order += 1
-                heapq.heappush(due, (time.monotonic() + self.delay, order, data))
-                ready.notify()
+            due = max(due, loop.time() + (self.delay if late[0] else 0.0))
+            loop.call_at(due, self._send, to_client, data)
             if not data:
                 return
 
+    @staticmethod
+    def _send(sink: asyncio.StreamWriter, data: bytes) -> None:
+        if sink.is_closing():
+            return
+        if data:
+            sink.write(data)
+        else:
+            sink.close()
+
     def close(self) -> None:
-        self._closed.set()
-        self._listener.close()
-        for sock in self._sockets:
-            sock.close()
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
 
 
 class LaggingRaygate:
@@ -127,7 +130,8 @@ class LaggingRaygate:
 
     def __init__(self, testbed: Testbed, delay: float, args: tuple[str, ...] = ()) -> None:
         self.testbed = testbed
-        self.proxy = DelayProxy(("127.0.0.1", testbed.ports.apiserver), delay)
+        assert testbed.pki is not None
+        self.proxy = DelayProxy(testbed.ports.apiserver, testbed.pki, delay)
         self.http_port = free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         self.args = args
@@ -162,6 +166,19 @@ class LaggingRaygate:
 
     def metric(self, name: str, **labels: str) -> float:
         return metric(self.url, name, **labels)
+
+    def node_class(self, node: str) -> str:
+        """``gpu``, ``cpu``, or ``unknown`` while its lagging cache has not seen ``node``
+        (``POST /v1/explain`` with any pod)."""
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "probe", "namespace": "default", "uid": "probe"},
+               "spec": {"containers": [{"name": "probe", "image": "example.invalid/p:1"}]}}
+        request = urllib.request.Request(f"{self.url}/v1/explain?nodes={node}",
+                                         data=json.dumps({"pod": pod}).encode(),
+                                         method="POST")
+        reply = json.load(urllib.request.urlopen(request, timeout=10))
+        return next((str(n["nodeClass"]) for n in reply["nodes"] if n["name"] == node),
+                    "unknown")
 
     def stop(self) -> None:
         for name in (SCHEDULER_NAME, "raygate-lagging"):
