@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import signal
@@ -19,6 +20,9 @@ import pytest
 import yaml
 
 from raygate.extender.cli import _flags, _parser, main
+from raygate.extender.server import ListenError, RaygateServer, bind_socket
+from raygate.extender.state.cache import ClusterCache
+from raygate.plugin.config import PolicyConfig
 from tests.builders import make_pod
 
 
@@ -30,9 +34,10 @@ def _free_port() -> int:
 
 
 class Served:
-    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
+    def __init__(self, process: subprocess.Popen[str], url: str, grpc_port: int) -> None:
         self.process = process
         self.url = url
+        self.grpc_port = grpc_port
         self.output = ""
 
 
@@ -46,7 +51,7 @@ def serve(*args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **(env or {})},
     )
-    served = Served(process, f"http://127.0.0.1:{http}")
+    served = Served(process, f"http://127.0.0.1:{http}", grpc_port)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -190,3 +195,49 @@ def test_serve_reloads_the_policy_of_its_config_file(tmp_path: Path) -> None:
     assert served.process.returncode == 0, served.output
     assert "config reload: policy from" in served.output
     assert "applied: gpuNodeLabels" in served.output
+
+
+def _refused(*args: str) -> subprocess.CompletedProcess[str]:
+    """`raygate serve --demo ARGS` that is expected to refuse; warnings and errors only."""
+    return subprocess.run(
+        [sys.executable, "-m", "raygate", "serve", "--demo", "--log-level", "warning", *args],
+        capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_second_raygate_on_a_held_grpc_port_refuses_in_one_line() -> None:
+    with serve("--demo") as first:
+        done = _refused("--http-addr", f"127.0.0.1:{_free_port()}",
+                        "--grpc-addr", f"127.0.0.1:{first.grpc_port}")
+        assert (done.returncode, done.stdout, done.stderr) == (
+            2, "", f"raygate: cannot listen on 127.0.0.1:{first.grpc_port}: "
+                   "Address already in use\n")
+        assert httpx.get(f"{first.url}/readyz").status_code == 200
+    assert first.process.returncode == 0, first.output
+
+
+@pytest.mark.parametrize("flag", ["--grpc-addr", "--http-addr"])
+def test_a_port_held_by_another_program_refuses_in_one_line(flag: str) -> None:
+    # As Prometheus holds 9090: a plain listening socket, no SO_REUSEPORT.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        other = "--http-addr" if flag == "--grpc-addr" else "--grpc-addr"
+        done = _refused(flag, f"127.0.0.1:{port}", other, f"127.0.0.1:{_free_port()}")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"raygate: cannot listen on 127.0.0.1:{port}: Address already in use\n")
+
+
+def test_grpc_does_not_share_its_port_with_a_reuseport_listener() -> None:
+    """gRPC's own bind, should the port be taken after raygate checked it: a listener
+    that would share (SO_REUSEPORT, as gRPC's default is) refuses it all the same."""
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with bind_socket("127.0.0.1", 0) as http:
+            server = RaygateServer(ClusterCache(PolicyConfig(), "test"), http,
+                                   f"127.0.0.1:{port}")
+            with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1:{port} "):
+                asyncio.run(server.run())

@@ -29,7 +29,7 @@ from raygate.extender.kube.client import (
     load_connection,
 )
 from raygate.extender.kube.source import LiveSource
-from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
+from raygate.extender.server import ListenError, RaygateServer, WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.keys import ClusterObjects
@@ -114,6 +114,10 @@ def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
 def _server(settings: ServeSettings, cache: ClusterCache,
             authorizer: Authorizer | None) -> RaygateServer:
     sock = _listen(settings.http_addr, "--http-addr")
+    # gRPC binds its own socket when the server runs, and its failure says neither why
+    # nor anything but a bare RuntimeError (after a line of gRPC's own on stderr): bind
+    # the address once here, to refuse a held port as the HTTP one is, with the reason.
+    _listen(settings.grpc_addr, "--grpc-addr").close()
     webhook = None
     if settings.webhook_addr:  # load_settings made sure TLS is there
         webhook = WebhookListener(_listen(settings.webhook_addr, "--webhook-addr"),
@@ -158,8 +162,15 @@ def serve(loaded: Loaded) -> None:
             running.callback(reloader.stop)
             server.metrics.watch_config(reloader.counts)
         try:
-            import uvloop
+            _run(server)
+        except ListenError as exc:  # the port was taken between the check and the bind
+            raise StartupError(f"raygate: {exc}") from None
 
-            uvloop.run(server.run())
-        except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-            asyncio.run(server.run())
+
+def _run(server: RaygateServer) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        asyncio.run(server.run())
+        return
+    uvloop.run(server.run())
