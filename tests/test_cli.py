@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import platform
@@ -19,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from raygate.extender.check.inputs import DEFAULT_MAX_BYTES
 from raygate.extender.cli import _flags, _parser, main
 from raygate.extender.server import ListenError, RaygateServer, bind_socket
 from raygate.extender.state.cache import ClusterCache
@@ -76,6 +78,56 @@ def test_version_prints_raygate_and_python_versions() -> None:
     done = subprocess.run([str(Path(sys.executable).parent / "raygate"), "--version"],
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, VERSION_LINE + "\n", "")
+
+
+def test_version_imports_no_server_no_kubernetes_client_no_checks() -> None:
+    # What made `raygate --version` take most of a second: the whole server loaded first.
+    code = ("import sys\nfrom raygate.extender.cli import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == VERSION_LINE + "\n"
+    loaded = set(done.stderr.split())
+    for heavy in ("grpc", "uvicorn", "kubernetes", "yaml", "raygate.extender.app",
+                  "raygate.extender.server", "raygate.extender.check"):
+        assert heavy not in loaded
+
+
+def _helps() -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    parser = _parser()
+    yield "raygate", parser
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    yield from commands.choices.items()
+
+
+@pytest.mark.parametrize(("name", "parser"), list(_helps()))
+def test_help_is_plain_text_and_says_what_every_flag_does(
+    name: str, parser: argparse.ArgumentParser,
+) -> None:
+    text = parser.format_help()
+    # reStructuredText and Markdown markup, and Python's spelling of empty defaults.
+    for markup in ("``", "`", "default ''", "default ()", ":class:", ":func:"):
+        assert markup not in text, f"{name}: {markup!r}"
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+
+
+def test_checks_max_size_default_is_the_checks_own() -> None:
+    assert _parser().parse_args(["check", "f.yaml"]).max_size == DEFAULT_MAX_BYTES
+
+
+def test_a_config_file_that_is_not_yaml_is_a_problem_of_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("policy:\n  thrashGuardSeconds: 30\n   x: [1\n")
+    assert main(["serve", "--demo", "--config", str(config)]) == 2
+    # PyYAML's own message is five lines: the source line and a caret under the column.
+    assert capsys.readouterr().err == (
+        f"raygate: invalid configuration:\n  {config}: not valid YAML: line 3, column 5: "
+        "mapping values are not allowed here\n")
 
 
 def test_serve_without_a_cluster_names_the_ways_to_give_one(
@@ -160,6 +212,25 @@ def test_print_config_prints_the_effective_settings_and_exits(
                  "predicateConcurrency: 8", "# file", "# default",
                  f"# raygate {version('raygate')}\n"):
         assert line in out
+
+
+def test_print_config_exits_2_on_what_serve_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    not_pem = tmp_path / "tls.crt"
+    not_pem.write_text("not a certificate\n")
+    for argv, refusal in (
+        (["--snapshot", str(tmp_path / "absent.yaml")], "absent.yaml: cannot read"),
+        (["--demo", "--tls-cert", str(not_pem), "--tls-key", str(not_pem)],
+         "TLS: cannot load"),
+    ):
+        assert main(["serve", *argv, "--print-config"]) == 2, argv
+        out, err = capsys.readouterr()
+        assert yaml.safe_load(out)["server"]["httpAddr"] == "0.0.0.0:8888"  # printed still
+        assert refusal in err
+        # In serve's own words (it refuses these before it binds a port).
+        assert main(["serve", *argv]) == 2
+        assert capsys.readouterr() == ("", err)
 
 
 def test_serve_demo_process_answers_and_stops_on_sigterm() -> None:

@@ -34,13 +34,14 @@ from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.keys import ClusterObjects
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.extender.tls import CertReloader, TlsFiles
 from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError
 
 if TYPE_CHECKING:
     from raygate.extender.authz.authorizer import Authorizer
 
-__all__ = ["NO_CLUSTER", "StartupError", "serve"]
+__all__ = ["NO_CLUSTER", "StartupError", "check_startup", "serve"]
 
 log = logging.getLogger("raygate")
 
@@ -134,12 +135,30 @@ def _server(settings: ServeSettings, cache: ClusterCache,
     return server
 
 
-def serve(loaded: Loaded) -> None:
-    """Run raygate until it is told to stop; raises ``StartupError`` before serving."""
-    settings = loaded.settings
+def check_startup(settings: ServeSettings) -> Source:
+    """Every refusal ``serve`` makes before it binds a port (``--print-config`` makes
+    them too): the cluster state that cannot be loaded or followed, certificates that
+    cannot be used. Raises ``StartupError``."""
     try:
         parse_addr(settings.http_addr, "--http-addr")
         source = source_of(settings)
+        # Loaded here only to be refused early; the servers load their own (and reload).
+        if settings.tls_cert or settings.tls_key or settings.client_ca:
+            CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
+                         "TLS")
+        if settings.webhook_addr:
+            CertReloader(TlsFiles(settings.webhook_cert, settings.webhook_key),
+                         "webhook TLS")
+    except ConfigError as exc:
+        raise StartupError(f"raygate: {exc}") from None
+    return source
+
+
+def serve(loaded: Loaded) -> None:
+    """Run raygate until it is told to stop; raises ``StartupError`` before serving."""
+    settings = loaded.settings
+    source = check_startup(settings)
+    try:
         authorizer = authorizer_for(settings, source.connection)
     except ConfigError as exc:
         raise StartupError(f"raygate: {exc}") from None
