@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +20,7 @@ import yaml
 
 from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.quantity import parse_milli
 from testbed.build import COMPONENTS
 from tests.conftest import FakeClock, ServerThread, snapshot_of
 from tests.docs import doc
@@ -74,6 +76,29 @@ def test_the_example_goes_to_the_namespace_it_creates() -> None:
     assert example["metadata"]["namespace"] == namespace
     path = _only("curl", "-s")[-1]
     assert f"/namespaces/{namespace}/rayclusters/{example['metadata']['name']}/" in path
+
+
+def _requests(template: dict[str, Any]) -> tuple[int, int]:
+    """(milli-CPU, bytes) a pod template requests."""
+    asked = [c.get("resources", {}).get("requests", {}) for c in template["spec"]["containers"]]
+    return (sum(parse_milli(r.get("cpu", 0)) for r in asked),
+            sum(parse_milli(r.get("memory", 0)) // 1000 for r in asked))
+
+
+def test_the_example_fits_a_laptops_kind_node() -> None:
+    """What the RayCluster asks for at its start fits on a 4-CPU, 8 GiB kind node beside
+    what the quickstart runs there (the control plane, KubeRay, raygate and ray-scheduler:
+    about 2.7 CPUs and 3.3 GiB of requests); the first example asked for 20 CPUs."""
+    example = yaml.safe_load((ROOT / _only("kubectl", "apply", "-f")[-1]).read_text())
+    spec = example["spec"]
+    pods = [(1, spec["headGroupSpec"]["template"])] + [
+        (group.get("replicas", 0) * group.get("numOfHosts", 1), group["template"])
+        for group in spec["workerGroupSpecs"]]
+    cpu = sum(n * _requests(t)[0] for n, t in pods)
+    memory = sum(n * _requests(t)[1] for n, t in pods)
+    assert (cpu, memory) == (1000, 4 * 2**30)
+    # The deploy guide's account of it.
+    assert "1 CPU and 4 GiB in all" in doc("deploy.md")
 
 
 def test_raygate_check_passes_the_example() -> None:
