@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,16 @@ def test_the_admission_api_answers_for_the_example(serving_the_example: ServerTh
 def test_port_forward_reaches_the_port_curl_calls() -> None:
     forwarded = _only("kubectl", "-n", "raygate-system", "port-forward")[-1]
     assert f"localhost:{forwarded}/" in _only("curl", "-s")[-1]
+
+
+def test_upgrading_is_the_quickstarts_install_as_an_upgrade() -> None:
+    """docs/operations.md's Upgrading: the same release, chart, namespace and values as the
+    install (any values given replace the install's), and no version before the first."""
+    section = doc("operations.md").split("## Upgrading\n", 1)[1].split("\n## ", 1)[0]
+    (upgrade,) = [shlex.split(line) for line in section.splitlines()
+                  if line.strip().startswith("helm upgrade")]
+    install = _only("helm", "install", "raygate")
+    assert upgrade == ["helm", "upgrade", *[a for a in install[2:] if a != "--create-namespace"]]
+    # A second release rewrites this section (and this test).
+    assert f"{version('raygate')} is raygate's first release" in section
+    assert "--print-config" in section
