@@ -51,6 +51,16 @@ def test_the_names_it_uses_are_the_deployments() -> None:
         assert used in containers
     assert deployment["metadata"]["name"] == "ray-scheduler"
     assert deployment["metadata"]["namespace"] == "raygate-system"
+    (config,) = [o for o in yaml.safe_load_all(
+        (ROOT / "deploy/kube-scheduler-second/scheduler.yaml").read_text())
+        if o and o["kind"] == "ConfigMap"]
+    election = yaml.safe_load(config["data"]["config.yaml"])["leaderElection"]
+    assert set(re.findall(r"get lease ([\w-]+)", PAGE)) == {election["resourceName"]}
+    # The leader's sidecar is forwarded to its HTTP port.
+    sidecar = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
+                   if c["name"] == "raygate")
+    http = next(p["containerPort"] for p in sidecar["ports"] if p["name"] == "http")
+    assert f"port-forward pod/$LEADER 8889:{http}" in PAGE
 
 
 def test_labelling_the_kind_node_gets_the_refusal_it_quotes() -> None:
