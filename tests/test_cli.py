@@ -130,6 +130,20 @@ def test_a_config_file_that_is_not_yaml_is_a_problem_of_one_line(
         "mapping values are not allowed here\n")
 
 
+@pytest.mark.parametrize("flag", ["--snapshot", "--kubeconfig"])
+def test_cluster_state_that_is_not_yaml_is_refused_in_one_line(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    broken = tmp_path / "f.yaml"
+    broken.write_text("apiVersion: v1\nitems:\n  - a: [1\n")
+    assert main(["serve", flag, str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    # PyYAML's own message is four lines here (its C loader words the problem apart).
+    assert str(broken) in err and ": line 4, column 1: " in err
+    assert err.endswith("(while parsing a flow sequence at line 3, column 8)\n")
+
+
 def test_serve_without_a_cluster_names_the_ways_to_give_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
