@@ -27,6 +27,7 @@ from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot_files import load_files
 from raygate.plugin.config import PolicyConfig
+from testbed.build import COMPONENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -275,13 +276,6 @@ def test_disruption_budgets_let_a_drain_proceed(setup: str) -> None:
         assert deployment["metadata"]["name"] == budget["metadata"]["name"]
 
 
-def _testbed_kubernetes() -> str:
-    go_mod = (ROOT / "testbed" / "modules" / "kubernetes" / "go.mod").read_text()
-    match = re.search(r"^require k8s\.io/kubernetes (v\S+)$", go_mod, re.M)
-    assert match, "testbed/modules/kubernetes/go.mod names no k8s.io/kubernetes"
-    return match[1]
-
-
 def test_the_kube_scheduler_shipped_is_the_one_tested() -> None:
     """ray-scheduler's image is the kube-scheduler release the testbed runs (the chart
     takes the cluster's own; e2e/test_chart.py renders it at this version)."""
@@ -290,7 +284,8 @@ def test_the_kube_scheduler_shipped_is_the_one_tested() -> None:
               for c in o["spec"]["template"]["spec"]["containers"]
               if c["name"] == "kube-scheduler"]
     assert images
-    assert set(images) == {f"registry.k8s.io/kube-scheduler:{_testbed_kubernetes()}"}
+    tested = COMPONENTS["kubernetes"].version  # testbed/modules/kubernetes/go.mod
+    assert set(images) == {f"registry.k8s.io/kube-scheduler:{tested}"}
 
 
 EXTENDER_KEYS = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight",
