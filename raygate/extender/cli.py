@@ -13,7 +13,14 @@ import msgspec
 
 from raygate.extender.api.explain import ExplainService, fetch, render_table
 from raygate.extender.app import StartupError, serve
-from raygate.extender.check import DEFAULT_MAX_BYTES, live_inputs, parse_size, run_check
+from raygate.extender.check import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_VERSION,
+    VERSIONS,
+    live_inputs,
+    parse_size,
+    run_check,
+)
 from raygate.extender.config.file import load_config_file
 from raygate.extender.config.load import load_settings
 from raygate.extender.config.render import render_config
@@ -116,8 +123,13 @@ def _check_parser(commands: Subcommands) -> None:
         "check", help="check RayClusters (and RayJobs, RayServices) against KubeRay's CRD and "
                       "for configurations that silently break gang preemption")
     check.add_argument("files", nargs="*", metavar="FILE",
-                       help="manifests with RayClusters, RayJobs, RayServices (YAML or JSON, "
-                            "Lists and multi-document; - reads stdin)")
+                       help="manifests with RayClusters, RayJobs, RayServices, RayCronJobs "
+                            "(YAML or JSON, Lists and multi-document; a folder: its .yaml, "
+                            ".yml and .json files, recursively; - reads stdin)")
+    check.add_argument("--kuberay-version", choices=VERSIONS, default=DEFAULT_VERSION,
+                       metavar="X.Y",
+                       help=f"check against this KubeRay release's CRDs ({', '.join(VERSIONS)}; "
+                            "default %(default)s)")
     check.add_argument("--kubeconfig", metavar="FILE",
                        help="lint the RayClusters of a live cluster instead of files")
     check.add_argument("--context", metavar="NAME", help="the kubeconfig context (live)")
@@ -182,8 +194,8 @@ def _explain(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     live_mode = bool(args.kubeconfig or args.context)
     if bool(args.files) == live_mode:
-        print("raygate: give manifest FILEs, or --kubeconfig/--context for a live cluster",
-              file=sys.stderr)
+        print("raygate: give manifest FILEs or --kubeconfig/--context for a live cluster, "
+              f"{'not both' if live_mode else 'one of them'}", file=sys.stderr)
         return 2
     try:
         policy = load_config_file(args.config) if args.config else PolicyConfig()
@@ -191,8 +203,8 @@ def _check(args: argparse.Namespace) -> int:
         if live_mode:
             live = live_inputs(load_connection(args.kubeconfig, args.context),
                                args.namespace, policy)
-        return run_check(args.files, args.output, args.strict, policy, live=live,
-                         max_bytes=args.max_size)
+        return run_check(args.files, args.output, args.strict, policy,
+                         kuberay=args.kuberay_version, live=live, max_bytes=args.max_size)
     except (ConfigError, SnapshotError, NoClusterConfig, ClusterConfigError) as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
