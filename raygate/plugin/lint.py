@@ -262,7 +262,8 @@ def rg005_replicas_out_of_range(
         if g.replicas < low or (high is not None and g.replicas > high):
             out.append(Finding(
                 "RG005", Severity.WARNING, cluster.ref, _group_path(cluster, g, "replicas"),
-                f"{_label(g)} has replicas {g.replicas} outside [{low}, {high}]; KubeRay "
+                f"{_label(g)} has replicas {g.replicas} outside [{low}, "
+                f"{CRD_MAX_REPLICAS if high is None else high}]; KubeRay "
                 "clamps it, so the manifest does not say what runs",
                 "set replicas within [minReplicas, maxReplicas]"))
     return out
