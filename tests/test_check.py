@@ -242,6 +242,18 @@ def test_rg003_reports_the_configured_autoscaler_resources(tmp_path: Path) -> No
     assert "1000m CPU, 1024Mi memory" in found.finding.message
 
 
+def test_an_unset_maxreplicas_is_the_crds_default_in_messages(tmp_path: Path) -> None:
+    """Not Python's None: KubeRay's CRD defaults maxReplicas to 2147483647."""
+    unset = with_(unscaled_volcano(), f"{GROUPS}.0.maxReplicas", None)
+    below = with_(with_(good(), f"{GROUPS}.1.maxReplicas", None), f"{GROUPS}.1.minReplicas", 3)
+    path = tmp_path / "rc.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [unset, below]}))
+    messages = [(f.finding.id, f.finding.message)
+                for f in check_files([str(path)], PolicyConfig()).findings]
+    assert [rule for rule, _ in messages] == ["RG001", "RG005"]
+    assert all("2147483647" in m and "None" not in m for _, m in messages), messages
+
+
 def test_every_rule_has_a_case() -> None:
     ids = {case_id for _, _, expected in CASES for case_id, _, _ in expected} | {"RG009"}
     assert {i for i in ids if i < "RG100"} == {f"RG{n:03d}" for n in range(1, len(RULES) + 1)}
@@ -380,6 +392,11 @@ BAD_INPUTS = [
         [("RG105", "spec.networkPolicy")],
         "1 RayCluster in 1 file against KubeRay v1.6.1: 1 error",
         args=("--kuberay-version", "1.6")),
+    Bad("a worker group's priority (new in KubeRay 1.7) against 1.6",
+        _yaml(with_(good(), f"{GROUPS}.1.priority", 10)), EXIT_FOUND,
+        [("RG105", f"{GROUPS}[1].priority")], args=("--kuberay-version", "1.6")),
+    Bad("a worker group's priority against 1.7",
+        _yaml(with_(good(), f"{GROUPS}.1.priority", 10)), EXIT_CLEAN),
     Bad("an object named by generateName, shown by it", _yaml(with_(
         generated(), f"{GROUPS}.1.minReplicas", 9)), EXIT_FOUND,
         [("RG004", "minReplicas")], object="RayCluster ray/rc-<generated>"),
