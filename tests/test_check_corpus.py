@@ -65,7 +65,7 @@ def test_every_release_and_version_has_its_expectations() -> None:
     assert set(EXPECTED) == {(r, v) for r in RELEASES for v in VERSIONS}
 
 
-@pytest.mark.parametrize(("release", "version"), sorted(EXPECTED), ids=lambda x: str(x))
+@pytest.mark.parametrize(("release", "version"), sorted(EXPECTED))
 def test_kuberay_samples(release: str, version: str) -> None:
     root = CORPUS / release
     files = {str(p.relative_to(root)) for p in root.rglob("*.yaml")}
