@@ -326,3 +326,10 @@ def test_grpc_does_not_share_its_port_with_a_reuseport_listener() -> None:
                                    f"127.0.0.1:{port}")
             with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1:{port} "):
                 asyncio.run(server.run())
+
+
+def test_the_parser_offers_the_kuberay_versions_the_check_knows() -> None:
+    from raygate.extender import check, cli
+
+    assert cli.KUBERAY_VERSIONS == check.VERSIONS
+    assert cli.KUBERAY_VERSIONS[-1] == check.DEFAULT_VERSION

@@ -22,7 +22,11 @@ from raygate.extender.config.settings import (
 from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError
 
-__all__ = ["main"]
+__all__ = ["KUBERAY_VERSIONS", "main"]
+
+KUBERAY_VERSIONS = ("1.6", "1.7")
+"""``check.VERSIONS``, the last the default, spelled here so that building the parser
+loads no check module (tests/test_cli.py holds the two equal)."""
 
 # What add_subparsers returns: argparse has no public name for it, and its class takes
 # a type argument only for the type checker.
@@ -114,8 +118,13 @@ def _check_parser(commands: Subcommands) -> None:
         "check", help="check RayClusters (and RayJobs, RayServices) against KubeRay's CRD and "
                       "for configurations that silently break gang preemption")
     check.add_argument("files", nargs="*", metavar="FILE",
-                       help="manifests with RayClusters, RayJobs, RayServices (YAML or JSON, "
-                            "Lists and multi-document; - reads stdin)")
+                       help="manifests with RayClusters, RayJobs, RayServices, RayCronJobs "
+                            "(YAML or JSON, Lists and multi-document; a folder: its .yaml, "
+                            ".yml and .json files, recursively; - reads stdin)")
+    check.add_argument("--kuberay-version", choices=KUBERAY_VERSIONS,
+                       default=KUBERAY_VERSIONS[-1], metavar="X.Y",
+                       help="check against this KubeRay release's CRDs "
+                            f"({', '.join(KUBERAY_VERSIONS)}; default %(default)s)")
     check.add_argument("--kubeconfig", metavar="FILE",
                        help="lint the RayClusters of a live cluster instead of files")
     check.add_argument("--context", metavar="NAME", help="the kubeconfig context (live)")
@@ -209,8 +218,8 @@ def _check(args: argparse.Namespace) -> int:
 
     live_mode = bool(args.kubeconfig or args.context)
     if bool(args.files) == live_mode:
-        print("raygate: give manifest FILEs, or --kubeconfig/--context for a live cluster",
-              file=sys.stderr)
+        print("raygate: give manifest FILEs or --kubeconfig/--context for a live cluster, "
+              f"{'not both' if live_mode else 'one of them'}", file=sys.stderr)
         return 2
     try:
         policy = load_config_file(args.config) if args.config else PolicyConfig()
@@ -218,8 +227,8 @@ def _check(args: argparse.Namespace) -> int:
         if live_mode:
             live = live_inputs(load_connection(args.kubeconfig, args.context),
                                args.namespace, policy)
-        return run_check(args.files, args.output, args.strict, policy, live=live,
-                         max_bytes=args.max_size)
+        return run_check(args.files, args.output, args.strict, policy,
+                         kuberay=args.kuberay_version, live=live, max_bytes=args.max_size)
     except (ConfigError, SnapshotError, NoClusterConfig, ClusterConfigError) as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
