@@ -3,13 +3,14 @@
 # everything installed from requirements/*.txt with pip's --require-hashes.
 #
 # The base image. PYTHON_VERSION is also the Python requirements/lock.py resolves for.
-# Not pinned by digest yet: the machines this repository is built on reach no container
-# registry, so the digest of this tag could not be read, and none is written from
-# memory. To pin it (and on every update of the tag, then rerun requirements/lock.py if
-# the minor version changed):
-#   docker buildx imagetools inspect python:3.11.7-slim-bookworm --format '{{json .Manifest.Digest}}'
-# and set PYTHON_IMAGE below to python:<tag>@sha256:<that digest> (the index digest, which
-# covers every architecture). The release workflow refuses to publish until it is pinned.
+# A release builds from it by digest: `make pin-base-images` (requirements/base_image.py
+# pin; needs Docker and a registry) reads the tag's image index, checks it holds amd64 and
+# arm64, and writes python:<tag>@sha256:<digest> below (commit it). The release workflow
+# runs the same on every tag, so a release is built from one digest even before anyone
+# pinned here, and records it (image label org.opencontainers.image.base.name, release
+# notes). Not pinned in the repository yet: its machines reach no registry, and no digest
+# is written from memory. On every update of the tag: pin again (and rerun
+# requirements/lock.py if the minor version changed).
 ARG PYTHON_VERSION=3.11.7
 ARG PYTHON_IMAGE=python:${PYTHON_VERSION}-slim-bookworm
 

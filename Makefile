@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-ray testbed e2e check lint types proto proto-check bench bench-ci \
 	bench-scheduler bench-scheduler-ci bench-cache-scale bench-admission \
-	image clean
+	image pin-base-images clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -102,8 +102,12 @@ bench-admission: $(STAMP)  ## filter/prioritize latency with many admission watc
 IMAGE = $(shell sed -n 's/^ *newName: //p' deploy/image/kustomization.yaml):$(shell \
 	$(PYTHON) -c "import tomllib;print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
 
-image:  ## the container image of deploy/ and the chart (needs a Docker engine)
+image:  ## the container image of deploy/ and the chart (needs a Docker engine); IMAGE=<registry>/raygate:<tag> for your own
 	docker build -t $(IMAGE) .
+
+# What a release does first on a tag (.github/workflows/release.yml); commit the result.
+pin-base-images:  ## pin the Dockerfiles' base images by digest (needs docker buildx and a registry)
+	$(PYTHON) requirements/base_image.py pin
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .benchmarks

@@ -1,14 +1,17 @@
 """``python -m testbed.kuberay_schema --write``: the structural schemas ``raygate check``
-validates against, taken from KubeRay's own CRDs at the version the testbed pins.
+validates against, taken from KubeRay's own CRDs, one file per KubeRay minor release it
+supports (``kuberay_crds_1.6.json``, ``kuberay_crds_1.7.json``).
 
-Source: ``config/crd/bases/ray.io_{rayclusters,rayjobs,rayservices}.yaml`` of the
-``ray-operator`` module in ``testbed/modules/kuberay/go.mod``, read from the testbed's cache
-(``python -m testbed build kuberay``) or else from the Go module cache. Kept: the
-``openAPIV3Schema`` of the served ``v1`` version of each. The three embed the same pod
-template many times over (2.5 MB of YAML); every schema that occurs more than once is
-written once under ``definitions`` and referred to with ``$ref``, which brings them to a
-tenth of that. ``--check`` exits 1 when the shipped file differs from what would be written
-(tests/test_check_schema.py runs it when the module is there).
+Source: ``config/crd/bases/ray.io_{rayclusters,rayjobs,rayservices,raycronjobs}.yaml`` of
+the ``ray-operator`` module. By default the version the testbed pins
+(``testbed/modules/kuberay/go.mod``), read from the testbed's cache (``python -m testbed
+build kuberay``) or else from the Go module cache; ``--crds FOLDER --release vX.Y.Z`` writes
+another release's from its CRD folder (``git show vX.Y.Z:ray-operator/config/crd/bases/...``
+of a KubeRay checkout). Kept: the ``openAPIV3Schema`` of the served ``v1`` version of each.
+The four embed the same pod template many times over (3 MB of YAML); every schema that
+occurs more than once is written once under ``definitions`` and referred to with ``$ref``,
+which brings them to a tenth of that. ``--check`` exits 1 when the shipped file differs from
+what would be written (tests/test_check_schema.py runs it when the module is there).
 """
 
 from __future__ import annotations
@@ -27,13 +30,24 @@ import yaml
 
 from testbed.build import COMPONENTS
 
-__all__ = ["SHIPPED", "crd_folder", "render"]
+__all__ = ["SHIPPED_FOLDER", "crd_folder", "pinned_release", "render", "shipped"]
 
-SHIPPED = Path(__file__).resolve().parent.parent / "raygate/extender/check/kuberay_crds.json"
+SHIPPED_FOLDER = Path(__file__).resolve().parent.parent / "raygate/extender/check"
 KINDS = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml",
-         "RayService": "ray.io_rayservices.yaml"}
+         "RayService": "ray.io_rayservices.yaml", "RayCronJob": "ray.io_raycronjobs.yaml"}
 # A schema shorter than this stays inline: a $ref would cost about as much as it saves.
 SHARED_MIN_CHARS = 400
+
+
+def pinned_release() -> str:
+    """The KubeRay release the testbed pins: ``v1.6.1``."""
+    return COMPONENTS["kuberay"].version
+
+
+def shipped(release: str) -> Path:
+    """The shipped file of a release's minor version: ``kuberay_crds_1.6.json``."""
+    major, minor = release.removeprefix("v").split(".")[:2]
+    return SHIPPED_FOLDER / f"kuberay_crds_{major}.{minor}.json"
 
 
 def crd_folder() -> Path | None:
@@ -108,17 +122,16 @@ def _inline(schema: dict[str, Any], counts: Counter[str],
     return out
 
 
-def render(folder: Path) -> str:
-    """The shipped file's text for the CRDs in ``folder``."""
+def render(folder: Path, release: str) -> str:
+    """The shipped file's text for the CRDs in ``folder``, those of KubeRay ``release``."""
     schemas = {kind: _v1_schema(folder / name) for kind, name in KINDS.items()}
     counts: Counter[str] = Counter()
     for schema in schemas.values():
         _count(schema, counts)
     definitions: dict[str, Any] = {}
     kinds = {kind: _share(schema, kind, counts, definitions) for kind, schema in schemas.items()}
-    kuberay = COMPONENTS["kuberay"]
     document = {
-        "source": f"{kuberay.module} {kuberay.version} config/crd/bases "
+        "source": f"{COMPONENTS['kuberay'].module} {release} config/crd/bases "
                   f"({', '.join(KINDS.values())}), v1 openAPIV3Schema",
         "generator": "python -m testbed.kuberay_schema --write",
         "kinds": kinds,
@@ -131,21 +144,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.kuberay_schema",
                                      description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help=f"write {SHIPPED.name}")
+    action.add_argument("--write", action="store_true",
+                        help="write the release's kuberay_crds_X.Y.json")
     action.add_argument("--check", action="store_true", help="exit 1 if it is not current")
+    parser.add_argument("--crds", type=Path, metavar="FOLDER",
+                        help="KubeRay's config/crd/bases of --release (default: the pinned one's)")
+    parser.add_argument("--release", metavar="vX.Y.Z", help="the release --crds comes from")
     args = parser.parse_args(argv)
-    folder = crd_folder()
+    if bool(args.crds) != bool(args.release):
+        parser.error("give --crds and --release together")
+    release = args.release or pinned_release()
+    folder = args.crds or crd_folder()
     if folder is None:
         print("testbed: KubeRay's CRDs are in neither cache: python -m testbed build kuberay",
               file=sys.stderr)
         return 2
-    text = render(folder)
+    text = render(folder, release)
+    target = shipped(release)
     if args.write:
-        SHIPPED.write_text(text, encoding="utf-8")
-        print(f"wrote {SHIPPED} ({len(text)} bytes) from {folder}")
+        target.write_text(text, encoding="utf-8")
+        print(f"wrote {target} ({len(text)} bytes) from {folder}")
         return 0
-    if SHIPPED.read_text(encoding="utf-8") != text:
-        print(f"{SHIPPED} is not current: python -m testbed.kuberay_schema --write",
+    if target.read_text(encoding="utf-8") != text:
+        print(f"{target} is not current: python -m testbed.kuberay_schema --write",
               file=sys.stderr)
         return 1
     return 0

@@ -66,17 +66,45 @@ def check(tmp_path: Path, *objects: Obj) -> Found:
 
 
 GROUPS = "spec.workerGroupSpecs"
+HEAD = "spec.headGroupSpec.template.spec"
+VOLCANO_QUEUE = {"volcano.sh/queue-name": "q"}
+
+
+def unscaled_volcano() -> Obj:
+    """A RayCluster queued in Volcano, autoscaling off, with 3 replicas above minReplicas 1."""
+    return with_(make_raycluster("rc").group("g", replicas=3, min=1, max=8).obj(),
+                 "metadata.labels", VOLCANO_QUEUE)
+
+
+def kueue_autoscaled() -> Obj:
+    return with_(good(), "metadata.labels", {"kueue.x-k8s.io/queue-name": "q"})
+
+
+def cron(cluster: Obj) -> Obj:
+    """``cluster``'s spec inside a RayCronJob's RayJob template."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayCronJob",
+            "metadata": {"name": "nightly", "namespace": "ray"},
+            "spec": {"schedule": "0 3 * * *", "jobTemplate": {
+                "entrypoint": "python train.py", "rayClusterSpec": cluster["spec"]}}}
+
+
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 CASES: list[tuple[str, Obj, Found]] = [
     ("a clean cluster", good(), []),
-    ("RG001 autoscaling off with a scalable group",
-     with_(good(), "spec.enableInTreeAutoscaling", False),
-     [("RG001", Severity.ERROR, "spec.enableInTreeAutoscaling")]),
-    ("RG001 not for fixed groups",
-     make_raycluster("rc").group("g", replicas=2, min=2, max=2).obj(), []),
-    ("RG001 in a RayJob's rayClusterSpec",
-     embedded("RayJob", with_(good(), "spec.enableInTreeAutoscaling", False)),
-     [("RG001", Severity.ERROR, "spec.rayClusterSpec.enableInTreeAutoscaling")]),
+    ("RG001 Volcano, autoscaling off, replicas above minReplicas", unscaled_volcano(),
+     [("RG001", Severity.WARNING, "spec.enableInTreeAutoscaling")]),
+    ("RG001 not without a gang scheduler (nothing sizes a gang)",
+     make_raycluster("rc").group("g", replicas=3, min=1, max=8).obj(), []),
+    ("RG001 not when minReplicas == replicas (the floor is the same either way)",
+     with_(unscaled_volcano(), f"{GROUPS}.0.minReplicas", 3), []),
+    ("RG001 not when minReplicas is unset (no floor written)",
+     with_(unscaled_volcano(), f"{GROUPS}.0.minReplicas", None), []),
+    ("RG001 in a RayJob's rayClusterSpec (its labels are the RayCluster's)",
+     with_(embedded("RayJob", unscaled_volcano()), "metadata.labels", VOLCANO_QUEUE),
+     [("RG001", Severity.WARNING, "spec.rayClusterSpec.enableInTreeAutoscaling")]),
+    ("RG001 in a RayCronJob's jobTemplate",
+     with_(cron(unscaled_volcano()), "metadata.labels", VOLCANO_QUEUE),
+     [("RG001", Severity.WARNING, "spec.jobTemplate.rayClusterSpec.enableInTreeAutoscaling")]),
     ("RG002 multi-host overflow",
      with_(good(), f"{GROUPS}.1.numOfHosts", 4),
      [("RG002", Severity.WARNING, f"{GROUPS}[1].numOfHosts")]),
@@ -99,10 +127,10 @@ CASES: list[tuple[str, Obj, Found]] = [
      [("RG004", Severity.ERROR, "spec.rayClusterConfig.workerGroupSpecs[1].minReplicas")]),
     ("RG005 replicas above max",
      with_(good(), f"{GROUPS}.1.replicas", 9),
-     [("RG005", Severity.ERROR, f"{GROUPS}[1].replicas")]),
+     [("RG005", Severity.WARNING, f"{GROUPS}[1].replicas")]),
     ("RG005 replicas below min",
      with_(good(), f"{GROUPS}.0.replicas", 1),
-     [("RG005", Severity.ERROR, f"{GROUPS}[0].replicas")]),
+     [("RG005", Severity.WARNING, f"{GROUPS}[0].replicas")]),
     ("RG006 an empty groupName",
      with_(good(), f"{GROUPS}.1.groupName", ""),
      [("RG006", Severity.ERROR, f"{GROUPS}[1].groupName")]),
@@ -123,6 +151,12 @@ CASES: list[tuple[str, Obj, Found]] = [
      [("RG008", Severity.WARNING, f"{GROUPS}[0].template.spec.tolerations")]),
     ("RG008 not for the overflow group",
      with_(good(), f"{GROUPS}.1.template.spec.tolerations", TOLERATE_GPU), []),
+    ("RG008 a CPU-only head tolerating GPU taints (the head is always floor)",
+     with_(good(), f"{HEAD}.tolerations", TOLERATE_GPU),
+     [("RG008", Severity.WARNING, f"{HEAD}.tolerations")]),
+    ("RG008 not for a GPU head",
+     with_(with_(good(), f"{HEAD}.tolerations", TOLERATE_GPU), f"{HEAD}.containers.0.resources",
+           {"limits": {"nvidia.com/gpu": "1"}}), []),
     ("RG010 volcano scheduler without a queue",
      with_(with_(good(), "spec.enableInTreeAutoscaling", True),
            f"{GROUPS}.0.template.spec.schedulerName", "volcano"),
@@ -152,6 +186,25 @@ CASES: list[tuple[str, Obj, Found]] = [
     ("RG105 no name",
      with_(good(), "metadata.name", None),
      [("RG105", Severity.ERROR, "metadata.name")]),
+    ("RG012 Kueue, autoscaling, no elastic-job annotation", kueue_autoscaled(),
+     [("RG012", Severity.ERROR, "metadata.annotations")]),
+    ("RG012 not with the elastic-job annotation",
+     with_(kueue_autoscaled(), "metadata.annotations", {"kueue.x-k8s.io/elastic-job": "true"}),
+     []),
+    ("RG012 not without autoscaling",
+     with_(kueue_autoscaled(), "spec.enableInTreeAutoscaling", False), []),
+    ("RG013 a CPU-only head selecting GPU nodes (GKE's accelerator label)",
+     with_(good(), f"{HEAD}.nodeSelector", {"cloud.google.com/gke-accelerator": "nvidia-l4"}),
+     [("RG013", Severity.ERROR, f"{HEAD}.nodeSelector")]),
+    ("RG013 a CPU-only floor group selecting GPU nodes (the configured GPU label)",
+     with_(good(), f"{GROUPS}.0.template.spec.nodeSelector", {"nvidia.com/gpu.present": "true"}),
+     [("RG013", Severity.ERROR, f"{GROUPS}[0].template.spec.nodeSelector")]),
+    ("RG013 not for the overflow group (surplus may use GPU nodes)",
+     with_(good(), f"{GROUPS}.1.template.spec.nodeSelector",
+           {"cloud.google.com/gke-accelerator": "nvidia-l4"}), []),
+    ("RG013 not for another value of the configured label",
+     with_(good(), f"{GROUPS}.0.template.spec.nodeSelector", {"nvidia.com/gpu.present": "false"}),
+     []),
     ("a RayJob on an existing cluster embeds none: nothing to lint",
      with_(with_(embedded("RayJob", good()), "spec.rayClusterSpec", None),
            "spec.clusterSelector", {"ray.io/cluster": "shared"}), []),
@@ -189,6 +242,18 @@ def test_rg003_reports_the_configured_autoscaler_resources(tmp_path: Path) -> No
     assert "1000m CPU, 1024Mi memory" in found.finding.message
 
 
+def test_an_unset_maxreplicas_is_the_crds_default_in_messages(tmp_path: Path) -> None:
+    """Not Python's None: KubeRay's CRD defaults maxReplicas to 2147483647."""
+    unset = with_(unscaled_volcano(), f"{GROUPS}.0.maxReplicas", None)
+    below = with_(with_(good(), f"{GROUPS}.1.maxReplicas", None), f"{GROUPS}.1.minReplicas", 3)
+    path = tmp_path / "rc.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [unset, below]}))
+    messages = [(f.finding.id, f.finding.message)
+                for f in check_files([str(path)], PolicyConfig()).findings]
+    assert [rule for rule, _ in messages] == ["RG001", "RG005"]
+    assert all("2147483647" in m and "None" not in m for _, m in messages), messages
+
+
 def test_every_rule_has_a_case() -> None:
     ids = {case_id for _, _, expected in CASES for case_id, _, _ in expected} | {"RG009"}
     assert {i for i in ids if i < "RG100"} == {f"RG{n:03d}" for n in range(1, len(RULES) + 1)}
@@ -199,7 +264,19 @@ def test_deploy_manifests_pass_clean() -> None:
     assert examples
     out = io.StringIO()
     assert run_check(examples, "text", True, PolicyConfig(), out=out) == EXIT_CLEAN
-    assert out.getvalue() == f"{len(examples)} RayClusters in {len(examples)} files: no findings\n"
+    assert out.getvalue() == (f"{len(examples)} RayClusters in {len(examples)} files "
+                              "against KubeRay v1.7.0: no findings\n")
+
+
+def test_raygates_own_other_manifests_are_left_alone() -> None:
+    """deploy/'s Services, Deployments, RBAC, ...: named in the summary, no finding (a
+    `v1 Service` is no misspelled RayService)."""
+    manifests = sorted(str(p) for p in (ROOT / "deploy").glob("*/*.yaml")
+                       if not p.name.startswith("example-") and p.name != "kustomization.yaml")
+    report = check_files(manifests, PolicyConfig())
+    assert report.findings == []
+    assert report.exit_code(strict=True) == EXIT_NOTHING
+    assert report.skipped["Service"] >= 1 and not report.checked
 
 
 # The table of bad inputs: what a file holds, what `raygate check` must say of it.
@@ -219,6 +296,14 @@ class Bad:
     summary: str = ""
     stderr: str = ""
     args: tuple[str, ...] = ()
+    object: str = ""
+    """What the findings name, when that is the point of the case."""
+
+
+def generated() -> Obj:
+    cluster = good()
+    cluster["metadata"]["generateName"] = f"{cluster['metadata'].pop('name')}-"
+    return cluster
 
 
 def _huge_base64(path: Path) -> None:
@@ -231,15 +316,24 @@ TYPE_ERRORS = _yaml(
     with_(with_(good(), f"{GROUPS}.0.replicas", "two"), f"{GROUPS}.1.maxReplicas", [8]),
     with_(embedded("RayJob", good()), "spec.rayClusterSpec.enableInTreeAutoscaling", "yes"))
 BAD_INPUTS = [
-    Bad("an empty file", "", EXIT_NOTHING, [("RG104", "no objects")],
-        "0 RayClusters in 1 file: 1 warning"),
-    Bad("comments and empty documents only", "# nothing\n---\n---\n", EXIT_NOTHING,
-        [("RG104", "no objects")]),
+    Bad("an empty file", "", EXIT_NOTHING, [],
+        "0 Ray objects in 1 file against KubeRay v1.7.0: no findings"),
+    Bad("comments and empty documents only", "# nothing\n---\n---\n", EXIT_NOTHING),
     Bad("a ConfigMap", _yaml({"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": "c"}, "data": {"a": "b"}}),
-        EXIT_NOTHING, [("RG104", "1 v1/ConfigMap")], "0 RayClusters in 1 file: 1 warning"),
+                              "metadata": {"name": "c"}, "data": {"a": "b"}}), EXIT_NOTHING,
+        [], "0 Ray objects in 1 file against KubeRay v1.7.0: no findings; not Ray, left "
+            "alone: 1 ConfigMap"),
+    *(Bad(f"someone else's {kind} (not a misspelled Ray kind)",
+          _yaml({"apiVersion": api, "kind": kind, "metadata": {"name": "x"}}), EXIT_NOTHING)
+      for api, kind in (("v1", "Service"), ("batch/v1", "CronJob"),
+                        ("cluster.x-k8s.io/v1beta1", "Cluster"))),
+    Bad("a RayCluster and the Redis Service beside it", _yaml(
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "redis"}}, good()),
+        EXIT_CLEAN, [], "1 RayCluster in 1 file against KubeRay v1.7.0: no findings; not "
+                        "Ray, left alone: 1 Service"),
     Bad("a bare string", "just some text\n", EXIT_FOUND,
-        [("RG102", "a string, not a Kubernetes object")], "0 RayClusters in 1 file: 1 error"),
+        [("RG102", "a string, not a Kubernetes object")],
+        "0 Ray objects in 1 file against KubeRay v1.7.0: 1 error"),
     Bad("a bare list", "[1, 2]", EXIT_FOUND, [("RG102", "a list")]),
     Bad("kind: RayClustr", _yaml(with_(good(), "kind", "RayClustr")), EXIT_FOUND,
         [("RG103", "unknown kind 'RayClustr' (did you mean 'RayCluster'?)")]),
@@ -250,12 +344,12 @@ BAD_INPUTS = [
         [("RG103", "unknown kind 'RayThing'")]),
     Bad("a RayCluster under another group", _yaml(with_(good(), "apiVersion", "ray.dev/v1")),
         EXIT_FOUND, [("RG103", "served as ray.io/v1, not ray.dev/v1")]),
-    Bad("a RayJob whose rayClusterSpec breaks RG001",
-        _yaml(embedded("RayJob", with_(good(), "spec.enableInTreeAutoscaling", False))),
-        EXIT_FOUND, [("RG001", "spec.rayClusterSpec.enableInTreeAutoscaling")],
-        "1 RayJob in 1 file: 1 error"),
+    Bad("a RayJob whose rayClusterSpec breaks RG004",
+        _yaml(embedded("RayJob", with_(good(), f"{GROUPS}.1.minReplicas", 9))),
+        EXIT_FOUND, [("RG004", "spec.rayClusterSpec.workerGroupSpecs[1].minReplicas")],
+        "1 RayJob in 1 file against KubeRay v1.7.0: 1 error"),
     Bad("50 MB of base64", _huge_base64, EXIT_UNUSABLE, [],
-        "0 RayClusters in 0 files (1 file not read): no findings",
+        "0 Ray objects in 0 files (1 file not read) against KubeRay v1.7.0: no findings",
         "50 MiB, over the size limit of 8 MiB (--max-size)"),
     Bad("a file over a --max-size given", _yaml(good()), EXIT_UNUSABLE, [],
         stderr="over the size limit of 200 bytes", args=("--max-size", "200")),
@@ -269,12 +363,17 @@ BAD_INPUTS = [
     Bad("several type errors in one file, all reported", TYPE_ERRORS, EXIT_FOUND,
         [("RG105", f"{GROUPS}[0].replicas"), ("RG105", f"{GROUPS}[1].maxReplicas"),
          ("RG105", "spec.rayClusterSpec.enableInTreeAutoscaling")],
-        "1 RayCluster, 1 RayJob in 1 file: 3 errors"),
+        "1 RayCluster, 1 RayJob in 1 file against KubeRay v1.7.0: 3 errors"),
     Bad("a syntax error loses only its own document",
         _yaml(with_(good(), f"{GROUPS}.1.minReplicas", 9)) + "---\n{ broken: [\n---\n"
         + _yaml(with_(good(), f"{GROUPS}.0.replicas", 1)), EXIT_FOUND,
         [("RG004", "minReplicas"), ("RG101", "not valid YAML"), ("RG005", "replicas")],
-        "2 RayClusters in 1 file: 3 errors"),
+        "2 RayClusters in 1 file against KubeRay v1.7.0: 2 errors, 1 warning"),
+    Bad("a key given twice (kubectl's strict decoding refuses it)",
+        "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: rc}\nspec:\n"
+        "  headGroupSpec: {template: {spec: {containers: []}}}\n"
+        "  headGroupSpec: {rayStartParams: {}}\n", EXIT_FOUND,
+        [("RG101", "duplicate key 'headGroupSpec' at line 6, column 3")]),
     Bad("YAML aliases that expand a billion times",
         'a: &a ["x","x","x","x","x","x","x","x","x","x"]\n' + "".join(
             f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
@@ -282,9 +381,25 @@ BAD_INPUTS = [
             f"*{chr(97 + i)},*{chr(97 + i)}]\n" for i in range(8)),
         EXIT_FOUND, [("RG101", "aliases expand it")]),
     Bad("not UTF-8", b"\xff\xfe\x00k\x00i\x00n\x00d", EXIT_UNUSABLE, [], stderr="not UTF-8"),
-    Bad("a RayCronJob", _yaml({"apiVersion": "ray.io/v1", "kind": "RayCronJob",
-                               "metadata": {"name": "c"}}), EXIT_NOTHING,
-        [("RG103", "RayCronJob is not checked")]),
+    Bad("a RayCronJob: its jobTemplate's RayCluster checked", _yaml(
+        cron(with_(good(), f"{GROUPS}.1.minReplicas", 9))), EXIT_FOUND,
+        [("RG004", "spec.jobTemplate.rayClusterSpec.workerGroupSpecs[1].minReplicas")],
+        "1 RayCronJob in 1 file against KubeRay v1.7.0: 1 error"),
+    Bad("a KubeRay 1.7 field", _yaml(with_(good(), "spec.networkPolicy", {"mode": "DenyAll"})),
+        EXIT_CLEAN),
+    Bad("a KubeRay 1.7 field checked against 1.6",
+        _yaml(with_(good(), "spec.networkPolicy", {"mode": "DenyAll"})), EXIT_FOUND,
+        [("RG105", "spec.networkPolicy")],
+        "1 RayCluster in 1 file against KubeRay v1.6.1: 1 error",
+        args=("--kuberay-version", "1.6")),
+    Bad("a worker group's priority (new in KubeRay 1.7) against 1.6",
+        _yaml(with_(good(), f"{GROUPS}.1.priority", 10)), EXIT_FOUND,
+        [("RG105", f"{GROUPS}[1].priority")], args=("--kuberay-version", "1.6")),
+    Bad("a worker group's priority against 1.7",
+        _yaml(with_(good(), f"{GROUPS}.1.priority", 10)), EXIT_CLEAN),
+    Bad("an object named by generateName, shown by it", _yaml(with_(
+        generated(), f"{GROUPS}.1.minReplicas", 9)), EXIT_FOUND,
+        [("RG004", "minReplicas")], object="RayCluster ray/rc-<generated>"),
     Bad("ray.io/v1alpha1, checked as v1", _yaml(with_(good(), "apiVersion", "ray.io/v1alpha1")),
         EXIT_CLEAN, [("RG103", "checked as ray.io/v1")]),
 ]
@@ -308,6 +423,7 @@ def test_bad_inputs(case: Bad, tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert finding["id"] == rule
         assert text in finding["message"] + finding["path"], finding
         assert finding["file"] == str(path)
+        assert case.object in finding["object"]
     assert reply["summary"]["exit_code"] == case.exit_code
     if case.summary:
         assert reply["summary"]["text"] == case.summary
@@ -322,7 +438,7 @@ def test_stdin(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_check(["-"], "text", False, PolicyConfig(), stdin=io.BytesIO(manifest),
                      out=out) == EXIT_FOUND
     assert out.getvalue().startswith("<stdin>:1: RG004 error   RayCluster ray/rc  ")
-    assert out.getvalue().endswith("\n1 RayCluster in 1 file: 1 error\n")
+    assert out.getvalue().endswith("\n1 RayCluster in 1 file against KubeRay v1.7.0: 1 error\n")
 
     stream = io.BytesIO(b"QUJD" * (DEFAULT_MAX_BYTES // 2))
     errors = io.StringIO()
@@ -334,7 +450,7 @@ def test_stdin(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_summary_counts_and_lines(tmp_path: Path) -> None:
-    """The issue's own example: three RayClusters, two files, two errors, a warning."""
+    """Three RayClusters in two files: an error (RG004), two warnings (RG002, RG005)."""
     first = tmp_path / "a.yaml"
     first.write_text(_yaml(with_(good(), f"{GROUPS}.1.minReplicas", 9),
                            with_(good(), f"{GROUPS}.1.numOfHosts", 2)))
@@ -344,7 +460,7 @@ def test_summary_counts_and_lines(tmp_path: Path) -> None:
     assert run_check([str(first), str(second)], "text", False, PolicyConfig(),
                      out=out) == EXIT_FOUND
     lines = out.getvalue().splitlines()
-    assert lines[-1] == "3 RayClusters in 2 files: 2 errors, 1 warning"
+    assert lines[-1] == "3 RayClusters in 2 files against KubeRay v1.7.0: 1 error, 2 warnings"
     second_document = first.read_text().splitlines().index("---") + 1
     assert [line.split(" ")[:2] for line in lines if not line.startswith(" ")][:-1] == [
         [f"{first}:1:", "RG004"], [f"{first}:{second_document}:", "RG002"],
@@ -359,7 +475,8 @@ def test_a_file_not_read_leaves_the_others_checked(
     assert main(["check", str(tmp_path / "missing.yaml"), str(clean)]) == EXIT_UNUSABLE
     captured = capsys.readouterr()
     assert "missing.yaml: cannot read: No such file or directory" in captured.err
-    assert captured.out == "1 RayCluster in 1 file (1 file not read): no findings\n"
+    assert captured.out == ("1 RayCluster in 1 file (1 file not read) against KubeRay v1.7.0: "
+                            "no findings\n")
 
 
 def test_cli_json_output_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -375,8 +492,9 @@ def test_cli_json_output_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
         "message": "worker group 'over' has minReplicas 9 > maxReplicas 8",
         "fix": "make minReplicas <= maxReplicas", "file": str(error), "line": None}]
     assert reply["summary"] == {
-        "text": "1 RayCluster in 1 file: 1 error", "files": 1, "checked": {"RayCluster": 1},
-        "errors": 1, "warnings": 0, "info": 0, "unreadable": [], "exit_code": 1}
+        "text": "1 RayCluster in 1 file against KubeRay v1.7.0: 1 error", "files": 1,
+        "checked": {"RayCluster": 1}, "errors": 1, "warnings": 0, "info": 0, "unreadable": [],
+        "skipped": {}, "kuberay": "v1.7.0", "exit_code": 1}
     assert main(["check", str(warning)]) == EXIT_CLEAN
     assert "RG002 warning" in capsys.readouterr().out
     assert main(["check", "--strict", str(warning)]) == EXIT_FOUND
@@ -436,7 +554,7 @@ def test_live_check_against_the_api_server_double(
         double.install(rayclusters)
         kubeconfig = double.kubeconfig(tmp_path / "kubeconfig")
         assert main(["check", "--kubeconfig", str(kubeconfig)]) == EXIT_NOTHING
-        assert capsys.readouterr().out == "0 RayClusters in the cluster: no findings\n"
+        assert capsys.readouterr().out == "0 Ray objects in the cluster: no findings\n"
         for i in range(3):
             double.create({"apiVersion": "v1", "kind": "Node",
                            "metadata": {"name": f"gpu-{i}"},
@@ -464,4 +582,18 @@ def test_live_check_against_the_api_server_double(
     finally:
         double.stop()
     assert main(["check"]) == EXIT_UNUSABLE
-    assert "give manifest FILEs, or --kubeconfig" in capsys.readouterr().err
+    assert "give manifest FILEs or --kubeconfig/--context for a live cluster, one of them" \
+        in capsys.readouterr().err
+    assert main(["check", "--kubeconfig", "k", "rc.yaml"]) == EXIT_UNUSABLE
+    assert "not both" in capsys.readouterr().err
+
+
+def test_a_folder_is_read_like_kubectl_apply_f(tmp_path: Path) -> None:
+    """Its .yaml, .yml and .json files, its subfolders' too, in name order; others not."""
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "two.yml").write_text(_yaml(with_(good(), f"{GROUPS}.1.minReplicas", 9)))
+    (tmp_path / "a.json").write_text(json.dumps(with_(good(), f"{GROUPS}.0.replicas", 1)))
+    (tmp_path / "README.md").write_text("# not a manifest\n")
+    report = check_files([str(tmp_path)], PolicyConfig())
+    assert (report.files, [(f.file, f.finding.id) for f in report.findings]) == (
+        2, [(str(tmp_path / "a.json"), "RG005"), (str(tmp_path / "b" / "two.yml"), "RG004")])

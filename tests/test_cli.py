@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
 import platform
 import signal
@@ -18,7 +20,11 @@ import httpx
 import pytest
 import yaml
 
+from raygate.extender.check.inputs import DEFAULT_MAX_BYTES
 from raygate.extender.cli import _flags, _parser, main
+from raygate.extender.server import ListenError, RaygateServer, bind_socket
+from raygate.extender.state.cache import ClusterCache
+from raygate.plugin.config import PolicyConfig
 from tests.builders import make_pod
 
 
@@ -30,9 +36,10 @@ def _free_port() -> int:
 
 
 class Served:
-    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
+    def __init__(self, process: subprocess.Popen[str], url: str, grpc_port: int) -> None:
         self.process = process
         self.url = url
+        self.grpc_port = grpc_port
         self.output = ""
 
 
@@ -46,7 +53,7 @@ def serve(*args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **(env or {})},
     )
-    served = Served(process, f"http://127.0.0.1:{http}")
+    served = Served(process, f"http://127.0.0.1:{http}", grpc_port)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -71,6 +78,70 @@ def test_version_prints_raygate_and_python_versions() -> None:
     done = subprocess.run([str(Path(sys.executable).parent / "raygate"), "--version"],
                           capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, VERSION_LINE + "\n", "")
+
+
+def test_version_imports_no_server_no_kubernetes_client_no_checks() -> None:
+    # What made `raygate --version` take most of a second: the whole server loaded first.
+    code = ("import sys\nfrom raygate.extender.cli import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == VERSION_LINE + "\n"
+    loaded = set(done.stderr.split())
+    for heavy in ("grpc", "uvicorn", "kubernetes", "yaml", "raygate.extender.app",
+                  "raygate.extender.server", "raygate.extender.check"):
+        assert heavy not in loaded
+
+
+def _helps() -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    parser = _parser()
+    yield "raygate", parser
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    yield from commands.choices.items()
+
+
+@pytest.mark.parametrize(("name", "parser"), list(_helps()))
+def test_help_is_plain_text_and_says_what_every_flag_does(
+    name: str, parser: argparse.ArgumentParser,
+) -> None:
+    text = parser.format_help()
+    # reStructuredText and Markdown markup, and Python's spelling of empty defaults.
+    for markup in ("``", "`", "default ''", "default ()", ":class:", ":func:"):
+        assert markup not in text, f"{name}: {markup!r}"
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+
+
+def test_checks_max_size_default_is_the_checks_own() -> None:
+    assert _parser().parse_args(["check", "f.yaml"]).max_size == DEFAULT_MAX_BYTES
+
+
+def test_a_config_file_that_is_not_yaml_is_a_problem_of_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("policy:\n  thrashGuardSeconds: 30\n   x: [1\n")
+    assert main(["serve", "--demo", "--config", str(config)]) == 2
+    # PyYAML's own message is five lines: the source line and a caret under the column.
+    assert capsys.readouterr().err == (
+        f"raygate: invalid configuration:\n  {config}: not valid YAML: line 3, column 5: "
+        "mapping values are not allowed here\n")
+
+
+@pytest.mark.parametrize("flag", ["--snapshot", "--kubeconfig"])
+def test_cluster_state_that_is_not_yaml_is_refused_in_one_line(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    broken = tmp_path / "f.yaml"
+    broken.write_text("apiVersion: v1\nitems:\n  - a: [1\n")
+    assert main(["serve", flag, str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    # PyYAML's own message is four lines here (its C loader words the problem apart).
+    assert str(broken) in err and ": line 4, column 1: " in err
+    assert err.endswith("(while parsing a flow sequence at line 3, column 8)\n")
 
 
 def test_serve_without_a_cluster_names_the_ways_to_give_one(
@@ -157,6 +228,25 @@ def test_print_config_prints_the_effective_settings_and_exits(
         assert line in out
 
 
+def test_print_config_exits_2_on_what_serve_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    not_pem = tmp_path / "tls.crt"
+    not_pem.write_text("not a certificate\n")
+    for argv, refusal in (
+        (["--snapshot", str(tmp_path / "absent.yaml")], "absent.yaml: cannot read"),
+        (["--demo", "--tls-cert", str(not_pem), "--tls-key", str(not_pem)],
+         "TLS: cannot load"),
+    ):
+        assert main(["serve", *argv, "--print-config"]) == 2, argv
+        out, err = capsys.readouterr()
+        assert yaml.safe_load(out)["server"]["httpAddr"] == "0.0.0.0:8888"  # printed still
+        assert refusal in err
+        # In serve's own words (it refuses these before it binds a port).
+        assert main(["serve", *argv]) == 2
+        assert capsys.readouterr() == ("", err)
+
+
 def test_serve_demo_process_answers_and_stops_on_sigterm() -> None:
     with serve("--demo") as served:
         reply = httpx.get(f"{served.url}/readyz")
@@ -190,3 +280,56 @@ def test_serve_reloads_the_policy_of_its_config_file(tmp_path: Path) -> None:
     assert served.process.returncode == 0, served.output
     assert "config reload: policy from" in served.output
     assert "applied: gpuNodeLabels" in served.output
+
+
+def _refused(*args: str) -> subprocess.CompletedProcess[str]:
+    """`raygate serve --demo ARGS` that is expected to refuse; warnings and errors only."""
+    return subprocess.run(
+        [sys.executable, "-m", "raygate", "serve", "--demo", "--log-level", "warning", *args],
+        capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_second_raygate_on_a_held_grpc_port_refuses_in_one_line() -> None:
+    with serve("--demo") as first:
+        done = _refused("--http-addr", f"127.0.0.1:{_free_port()}",
+                        "--grpc-addr", f"127.0.0.1:{first.grpc_port}")
+        assert (done.returncode, done.stdout, done.stderr) == (
+            2, "", f"raygate: cannot listen on 127.0.0.1:{first.grpc_port}: "
+                   "Address already in use\n")
+        assert httpx.get(f"{first.url}/readyz").status_code == 200
+    assert first.process.returncode == 0, first.output
+
+
+@pytest.mark.parametrize("flag", ["--grpc-addr", "--http-addr"])
+def test_a_port_held_by_another_program_refuses_in_one_line(flag: str) -> None:
+    # As Prometheus holds 9090: a plain listening socket, no SO_REUSEPORT.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        other = "--http-addr" if flag == "--grpc-addr" else "--grpc-addr"
+        done = _refused(flag, f"127.0.0.1:{port}", other, f"127.0.0.1:{_free_port()}")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"raygate: cannot listen on 127.0.0.1:{port}: Address already in use\n")
+
+
+def test_grpc_does_not_share_its_port_with_a_reuseport_listener() -> None:
+    """gRPC's own bind, should the port be taken after raygate checked it: a listener
+    that would share (SO_REUSEPORT, as gRPC's default is) refuses it all the same."""
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with bind_socket("127.0.0.1", 0) as http:
+            server = RaygateServer(ClusterCache(PolicyConfig(), "test"), http,
+                                   f"127.0.0.1:{port}")
+            with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1:{port} "):
+                asyncio.run(server.run())
+
+
+def test_the_parser_offers_the_kuberay_versions_the_check_knows() -> None:
+    from raygate.extender import check, cli
+
+    assert cli.KUBERAY_VERSIONS == check.VERSIONS
+    assert cli.KUBERAY_VERSIONS[-1] == check.DEFAULT_VERSION

@@ -27,6 +27,7 @@ from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot_files import load_files
 from raygate.plugin.config import PolicyConfig
+from testbed.build import COMPONENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -77,7 +78,8 @@ def _set_images(objects: list[Obj], images: list[Obj]) -> None:
 
 def render(folder: Path) -> list[Obj]:
     """`kustomize build`, for the features these kustomizations use (resources,
-    components, patches, images); e2e/test_chart.py compares with the real one."""
+    components, patches including `$patch: delete`, images); e2e/test_chart.py compares
+    with the real one."""
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     objects: list[Obj] = []
     for entry in kustomization.get("resources", []):
@@ -94,7 +96,10 @@ def render(folder: Path) -> list[Obj]:
         targets = [i for i, o in enumerate(objects) if o["kind"] == patch["kind"]
                    and o["metadata"]["name"] == patch["metadata"]["name"]]
         assert targets, f"{folder.name}: patch {path.name} matches no resource"
-        objects[targets[0]] = _merge(objects[targets[0]], patch)
+        if patch.get("$patch") == "delete":
+            del objects[targets[0]]
+        else:
+            objects[targets[0]] = _merge(objects[targets[0]], patch)
     for component in kustomization.get("components", []):
         spec = yaml.safe_load((folder / component / "kustomization.yaml").read_text())
         assert spec["kind"] == "Component" and set(spec) <= {"apiVersion", "kind", "images"}
@@ -224,6 +229,65 @@ def test_services_route_to_named_container_ports() -> None:
         for service in (o for o in objects if o["kind"] == "Service"):
             for port in service["spec"]["ports"]:
                 assert port["targetPort"] in container_ports, (setup, service["metadata"])
+
+
+def _selects(selector: dict[str, str], deployment: Obj) -> bool:
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_every_serving_raygate_is_behind_the_service(setup: str) -> None:
+    """The Service `raygate` (the admission API, and what a ServiceMonitor scrapes) selects
+    every pod that runs raygate and nothing else: in the sidecar setups ray-scheduler's,
+    as their raygate answers the scheduler's calls (docs/operations.md's alerts need
+    their metrics)."""
+    objects = render(DEPLOY / setup)
+    selector = find(objects, "Service", "raygate")["spec"]["selector"]
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    serving = {d["metadata"]["name"] for d, _ in _raygate_containers(objects)}
+    assert {d["metadata"]["name"] for d in deployments if _selects(selector, d)} == serving
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_one_raygate_cache_per_replica_that_serves(setup: str) -> None:
+    """Each raygate keeps a full cache of every pod and node (1 GiB requested): the
+    sidecar setups run it only in ray-scheduler's two pods, not in a Deployment of its
+    own beside them."""
+    objects = render(DEPLOY / setup)
+    pairs = _raygate_containers(objects)
+    assert len(pairs) == 1
+    (deployment, _), = pairs
+    scheduler = [o for o in objects if o["kind"] == "Deployment"
+                 and o["metadata"]["name"] == "ray-scheduler"]
+    assert deployment["metadata"]["name"] == ("ray-scheduler" if scheduler else "raygate")
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_disruption_budgets_let_a_drain_proceed(setup: str) -> None:
+    """One pod at a time, whatever the replicas: `minAvailable: 1` over one replica would
+    block every drain of its node."""
+    objects = render(DEPLOY / setup)
+    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    assert budgets
+    for budget in budgets:
+        assert budget["spec"] == {"maxUnavailable": 1, "selector": budget["spec"]["selector"]}
+        (deployment,) = [d for d in deployments
+                         if _selects(budget["spec"]["selector"]["matchLabels"], d)]
+        assert deployment["metadata"]["name"] == budget["metadata"]["name"]
+
+
+def test_the_kube_scheduler_shipped_is_the_one_tested() -> None:
+    """ray-scheduler's image is the kube-scheduler release the testbed runs (the chart
+    takes the cluster's own; e2e/test_chart.py renders it at this version)."""
+    images = [c["image"] for setup in SETUPS for o in render(DEPLOY / setup)
+              if o["kind"] == "Deployment"
+              for c in o["spec"]["template"]["spec"]["containers"]
+              if c["name"] == "kube-scheduler"]
+    assert images
+    tested = COMPONENTS["kubernetes"].version  # testbed/modules/kubernetes/go.mod
+    assert set(images) == {f"registry.k8s.io/kube-scheduler:{tested}"}
 
 
 EXTENDER_KEYS = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight",

@@ -6,7 +6,9 @@ Makefile; the release workflow builds what the Dockerfile describes."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
 import re
 import shutil
 import subprocess
@@ -24,7 +26,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from requirements import lock
+from requirements import base_image, lock
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -102,14 +104,10 @@ def test_the_base_image_is_one_pinned_python() -> None:
     version = GLOBAL_ARGS["PYTHON_VERSION"]
     assert Requirement(f"python{PROJECT['requires-python']}").specifier.contains(version)
     assert lock.python_version() == ".".join(version.split(".")[:2])
-    image = GLOBAL_ARGS["PYTHON_IMAGE"].replace("${PYTHON_VERSION}", version)
-    match = re.fullmatch(r"python:(?P<tag>[\w.-]+)(@sha256:(?P<digest>[0-9a-f]{64}))?", image)
-    assert match, image
-    assert match["tag"].startswith(f"{version}-slim")
-    if match["digest"]:
-        assert len(set(match["digest"])) > 4, "a placeholder, not a digest"
-    else:
-        assert "imagetools inspect" in DOCKERFILE  # says how to pin it
+    ref = base_image.reference(DOCKERFILE, "PYTHON_IMAGE")  # refuses a placeholder digest
+    assert ref.name == f"python:{version}-slim-bookworm"
+    if ref.digest is None:
+        assert "make pin-base-images" in DOCKERFILE  # says how to pin it
     stages = [a for i, a in INSTRUCTIONS if i == "FROM"]
     assert stages == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
 
@@ -179,6 +177,115 @@ def test_the_release_workflow_builds_and_attaches_on_a_tag() -> None:
     script = "\n".join(s.get("run", "") for s in steps)
     assert "helm package deploy/helm/raygate" in script and "gh release upload" in script
     assert "pyproject.toml" in script  # the tag must be the package's version
+
+
+def test_the_release_builds_from_the_base_images_it_pinned() -> None:
+    """A tag alone releases: the pin step runs before any build, on the checkout the builds
+    read (a path context, not buildx's own git checkout), and each image records the base
+    it was built from under the step output base_image.py writes."""
+    steps = [s for job in _workflow()["jobs"].values() for s in job["steps"]]
+    (pin,) = [i for i, s in enumerate(steps)
+              if "requirements/base_image.py pin" in s.get("run", "")]
+    assert steps[pin]["id"] == "base" and '--github-output "$GITHUB_OUTPUT"' in steps[pin]["run"]
+    builds = [i for i, s in enumerate(steps)
+              if s.get("uses", "").startswith("docker/build-push-action")]
+    assert pin < min(builds)
+    assert pin > next(i for i, s in enumerate(steps)
+                      if s.get("uses", "").startswith("docker/setup-buildx-action"))
+    outputs = {b.dockerfile: b.output for b in base_image.BASES}
+    for i in builds:
+        build = steps[i]["with"]
+        assert build["context"] == "."
+        assert (f"org.opencontainers.image.base.name=${{{{ steps.base.outputs."
+                f"{outputs[build['file']]} }}}}") in build["labels"]
+    assert set(outputs) == {"Dockerfile", "deploy/ray-autoscaler/Dockerfile"}
+    assert "ARG PYTHON_IMAGE" not in WORKFLOW.read_text()  # no refusal of an unpinned tag
+
+
+def _index(*platforms: str) -> bytes:
+    manifests = [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                  "digest": "sha256:" + "ab" * 32, "size": 1,
+                  "platform": {"os": p.split("/")[0], "architecture": p.split("/")[1]}}
+                 for p in platforms]
+    # buildx's attestation manifests: unknown/unknown, never a platform to build.
+    manifests.append({"digest": "sha256:" + "cd" * 32,
+                      "platform": {"os": "unknown", "architecture": "unknown"}})
+    return json.dumps({"schemaVersion": 2, "manifests": manifests}, indent=3).encode()
+
+
+def _copy_dockerfiles(tmp_path: Path) -> Path:
+    for base in base_image.BASES:
+        target = tmp_path / base.dockerfile
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / base.dockerfile, target)
+    return tmp_path
+
+
+def test_pinning_writes_the_digest_of_the_bytes_the_registry_served(tmp_path: Path) -> None:
+    root = _copy_dockerfiles(tmp_path)
+    served = {"python": _index("linux/amd64", "linux/arm64"), "rayproject/ray": _index(
+        "linux/amd64")}
+    asked: list[str] = []
+
+    def fetch(image: str) -> bytes:
+        asked.append(image)
+        return served[image.partition(":")[0]]
+
+    output = tmp_path / "github-output"
+    assert base_image.main(["pin", "--github-output", str(output)], root, fetch) == 0
+    digest = "sha256:" + hashlib.sha256(served["python"]).hexdigest()
+    text = (root / "Dockerfile").read_text()
+    version = GLOBAL_ARGS["PYTHON_VERSION"]
+    # A literal tag: the digest is that tag's, whatever PYTHON_VERSION becomes later.
+    assert f"\nARG PYTHON_IMAGE=python:{version}-slim-bookworm@{digest}\n" in text
+    assert asked[0] == f"python:{version}-slim-bookworm"
+    assert output.read_text().splitlines()[0] == (
+        f"python_image=python:{version}-slim-bookworm@{digest}")
+    assert [a for i, a in _instructions(text) if i == "FROM"] == [
+        a for i, a in INSTRUCTIONS if i == "FROM"]
+    # Pinned: fetched by its digest, checked, left as it is.
+    asked.clear()
+    assert base_image.main(["pin"], root, fetch) == 0
+    assert asked[0].endswith(f"@{digest}") and (root / "Dockerfile").read_text() == text
+    # The registry serving other bytes for that digest: refused.
+    served["python"] = _index("linux/amd64", "linux/arm64", "linux/s390x")
+    assert base_image.main(["pin"], root, fetch) == 1
+
+
+@pytest.mark.parametrize(("raw", "platforms", "error"), [
+    (_index("linux/amd64"), ("linux/amd64", "linux/arm64"), "no manifest for linux/arm64"),
+    (b'{"schemaVersion": 2, "config": {}, "layers": []}', ("linux/amd64", "linux/arm64"),
+     "not an index of platforms"),
+    (b"<html>rate limited</html>", ("linux/amd64",), "not JSON"),
+])
+def test_an_index_that_cannot_build_every_platform_is_refused(
+        raw: bytes, platforms: tuple[str, ...], error: str) -> None:
+    with pytest.raises(base_image.BaseImageError, match=error):
+        base_image.index_digest(raw, platforms, "python:x")
+
+
+def test_one_image_without_an_index_serves_one_platform() -> None:
+    raw = b'{"schemaVersion": 2, "config": {}, "layers": []}'
+    assert base_image.index_digest(raw, ("linux/amd64",), "rayproject/ray:x") == (
+        "sha256:" + hashlib.sha256(raw).hexdigest())
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("ARG PYTHON_IMAGE=python:3.11.7-slim@sha256:" + "0" * 64, "a placeholder"),
+    ("ARG PYTHON_IMAGE=python:3.11.7-slim@sha256:abc", "is not sha256:"),
+    ("ARG PYTHON_IMAGE=python", "is not <image>:<tag>"),
+    ("ARG PYTHON_IMAGE=python:${UNSET}", "is not <image>:<tag>"),
+    ("ARG OTHER=python:3.11", "no `ARG PYTHON_IMAGE=...` line"),
+])
+def test_a_base_that_is_not_an_image_reference_is_refused(line: str, error: str) -> None:
+    with pytest.raises(base_image.BaseImageError, match=error):
+        base_image.reference(line + "\n", "PYTHON_IMAGE")
+
+
+def test_the_offline_check_reads_every_base(capsys: pytest.CaptureFixture[str]) -> None:
+    assert base_image.main(["check"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed] == [b.dockerfile for b in base_image.BASES]
 
 
 def test_the_wheel_builds_and_its_console_scripts_run(tmp_path: Path) -> None:

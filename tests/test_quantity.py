@@ -51,3 +51,11 @@ def test_the_largest_quantities_in_range() -> None:
 def test_refuses_booleans() -> None:
     with pytest.raises(QuantityError):
         parse_milli(True)
+
+
+def test_refuses_booleans_after_their_equal_number_was_cached() -> None:
+    """True == 1.0 with the same hash: an untyped cache answered True with 1.0's 1000
+    whenever an earlier caller had parsed a `cpu: 1.0`, so the test above failed by order."""
+    assert parse_milli(1.0) == 1000
+    with pytest.raises(QuantityError):
+        parse_milli(True)

@@ -11,7 +11,9 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ import yaml
 
 from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.quantity import parse_milli
 from testbed.build import COMPONENTS
 from tests.conftest import FakeClock, ServerThread, snapshot_of
 from tests.docs import doc
@@ -74,6 +77,29 @@ def test_the_example_goes_to_the_namespace_it_creates() -> None:
     assert example["metadata"]["namespace"] == namespace
     path = _only("curl", "-s")[-1]
     assert f"/namespaces/{namespace}/rayclusters/{example['metadata']['name']}/" in path
+
+
+def _requests(template: dict[str, Any]) -> tuple[int, int]:
+    """(milli-CPU, bytes) a pod template requests."""
+    asked = [c.get("resources", {}).get("requests", {}) for c in template["spec"]["containers"]]
+    return (sum(parse_milli(r.get("cpu", 0)) for r in asked),
+            sum(parse_milli(r.get("memory", 0)) // 1000 for r in asked))
+
+
+def test_the_example_fits_a_laptops_kind_node() -> None:
+    """What the RayCluster asks for at its start fits on a 4-CPU, 8 GiB kind node beside
+    what the quickstart runs there (the control plane, KubeRay, raygate and ray-scheduler:
+    about 2.7 CPUs and 3.3 GiB of requests); the first example asked for 20 CPUs."""
+    example = yaml.safe_load((ROOT / _only("kubectl", "apply", "-f")[-1]).read_text())
+    spec = example["spec"]
+    pods = [(1, spec["headGroupSpec"]["template"])] + [
+        (group.get("replicas", 0) * group.get("numOfHosts", 1), group["template"])
+        for group in spec["workerGroupSpecs"]]
+    cpu = sum(n * _requests(t)[0] for n, t in pods)
+    memory = sum(n * _requests(t)[1] for n, t in pods)
+    assert (cpu, memory) == (1000, 4 * 2**30)
+    # The deploy guide's account of it.
+    assert "1 CPU and 4 GiB in all" in doc("deploy.md")
 
 
 def test_raygate_check_passes_the_example() -> None:
@@ -134,3 +160,16 @@ def test_the_admission_api_answers_for_the_example(serving_the_example: ServerTh
 def test_port_forward_reaches_the_port_curl_calls() -> None:
     forwarded = _only("kubectl", "-n", "raygate-system", "port-forward")[-1]
     assert f"localhost:{forwarded}/" in _only("curl", "-s")[-1]
+
+
+def test_upgrading_is_the_quickstarts_install_as_an_upgrade() -> None:
+    """docs/operations.md's Upgrading: the same release, chart, namespace and values as the
+    install (any values given replace the install's), and no version before the first."""
+    section = doc("operations.md").split("## Upgrading\n", 1)[1].split("\n## ", 1)[0]
+    (upgrade,) = [shlex.split(line) for line in section.splitlines()
+                  if line.strip().startswith("helm upgrade")]
+    install = _only("helm", "install", "raygate")
+    assert upgrade == ["helm", "upgrade", *[a for a in install[2:] if a != "--create-namespace"]]
+    # A second release rewrites this section (and this test).
+    assert f"{version('raygate')} is raygate's first release" in section
+    assert "--print-config" in section

@@ -5,15 +5,18 @@ wait, the outage log; and that nothing else in raygate imports Ray."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import datetime
 import http.client
 import http.server
 import logging
+import platform
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
@@ -336,3 +339,35 @@ def test_only_the_autoscaler_integration_imports_ray() -> None:
                        for p in (ROOT / top).rglob("*.py") if "ray" in _imports(p))
     assert importing == ["raygate/ray_autoscaler/cli.py",
                          "raygate/ray_autoscaler/provider.py"]
+
+
+# --- The entrypoint's own help ------------------------------------------------------------
+
+
+def test_help_names_every_variable_the_entrypoint_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from raygate.ray_autoscaler import settings
+    from raygate.ray_autoscaler.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    variables = [v for k, v in vars(settings).items() if k.startswith("ENV_")]
+    assert "RAYGATE_TOKEN_FILE" in variables
+    assert [v for v in variables if v not in text] == []
+
+
+def test_version_names_raygate_python_and_ray(capsys: pytest.CaptureFixture[str]) -> None:
+    from raygate.ray_autoscaler.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    ray = "not installed"
+    with contextlib.suppress(PackageNotFoundError):
+        ray = version("ray")
+    assert capsys.readouterr().out == (
+        f"raygate-autoscaler {version('raygate')} (python {platform.python_version()}, "
+        f"ray {ray})\n")

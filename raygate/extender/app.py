@@ -29,18 +29,19 @@ from raygate.extender.kube.client import (
     load_connection,
 )
 from raygate.extender.kube.source import LiveSource
-from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
+from raygate.extender.server import ListenError, RaygateServer, WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.keys import ClusterObjects
 from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.extender.tls import CertReloader, TlsFiles
 from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError
 
 if TYPE_CHECKING:
     from raygate.extender.authz.authorizer import Authorizer
 
-__all__ = ["NO_CLUSTER", "StartupError", "serve"]
+__all__ = ["NO_CLUSTER", "StartupError", "check_startup", "serve"]
 
 log = logging.getLogger("raygate")
 
@@ -114,6 +115,10 @@ def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
 def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer | None,
             transport: KubeTransport | None) -> RaygateServer:
     sock = _listen(settings.http_addr, "--http-addr")
+    # gRPC binds its own socket when the server runs, and its failure says neither why
+    # nor anything but a bare RuntimeError (after a line of gRPC's own on stderr): bind
+    # the address once here, to refuse a held port as the HTTP one is, with the reason.
+    _listen(settings.grpc_addr, "--grpc-addr").close()
     webhook = None
     if settings.webhook_addr:  # load_settings made sure TLS is there
         webhook = WebhookListener(_listen(settings.webhook_addr, "--webhook-addr"),
@@ -132,12 +137,30 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
     return server
 
 
-def serve(loaded: Loaded) -> None:
-    """Run raygate until it is told to stop; raises ``StartupError`` before serving."""
-    settings = loaded.settings
+def check_startup(settings: ServeSettings) -> Source:
+    """Every refusal ``serve`` makes before it binds a port (``--print-config`` makes
+    them too): the cluster state that cannot be loaded or followed, certificates that
+    cannot be used. Raises ``StartupError``."""
     try:
         parse_addr(settings.http_addr, "--http-addr")
         source = source_of(settings)
+        # Loaded here only to be refused early; the servers load their own (and reload).
+        if settings.tls_cert or settings.tls_key or settings.client_ca:
+            CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
+                         "TLS")
+        if settings.webhook_addr:
+            CertReloader(TlsFiles(settings.webhook_cert, settings.webhook_key),
+                         "webhook TLS")
+    except ConfigError as exc:
+        raise StartupError(f"raygate: {exc}") from None
+    return source
+
+
+def serve(loaded: Loaded) -> None:
+    """Run raygate until it is told to stop; raises ``StartupError`` before serving."""
+    settings = loaded.settings
+    source = check_startup(settings)
+    try:
         authorizer = authorizer_for(settings, source.connection)
     except ConfigError as exc:
         raise StartupError(f"raygate: {exc}") from None
@@ -161,8 +184,15 @@ def serve(loaded: Loaded) -> None:
             running.callback(reloader.stop)
             server.metrics.watch_config(reloader.counts)
         try:
-            import uvloop
+            _run(server)
+        except ListenError as exc:  # the port was taken between the check and the bind
+            raise StartupError(f"raygate: {exc}") from None
 
-            uvloop.run(server.run())
-        except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-            asyncio.run(server.run())
+
+def _run(server: RaygateServer) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        asyncio.run(server.run())
+        return
+    uvloop.run(server.run())

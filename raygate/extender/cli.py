@@ -1,22 +1,15 @@
-"""``raygate`` command line."""
+"""The ``raygate`` command line: ``serve``, ``check``, ``explain``."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
-import msgspec
-
-from raygate.extender.api.explain import ExplainService, fetch, render_table
-from raygate.extender.app import StartupError, serve
-from raygate.extender.check import DEFAULT_MAX_BYTES, live_inputs, parse_size, run_check
-from raygate.extender.config.file import load_config_file
-from raygate.extender.config.load import load_settings
-from raygate.extender.config.render import render_config
+# Only what the parser needs, so that `raygate --version` and `--help` answer at once:
+# each command imports the servers, the Kubernetes client and the checks it runs.
 from raygate.extender.config.settings import (
     ENV_CONFIG,
     ENV_CONTEXT,
@@ -26,17 +19,14 @@ from raygate.extender.config.settings import (
     SETTINGS,
     ServeSettings,
 )
-from raygate.extender.errors import RaygateError
-from raygate.extender.kube.client import ClusterConfigError, NoClusterConfig, load_connection
-from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.editor import build_snapshot
-from raygate.extender.state.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from raygate.extender.version import describe
-from raygate.plugin.config import ConfigError, PolicyConfig
+from raygate.plugin.config import ConfigError
 
-__all__ = ["main"]
+__all__ = ["KUBERAY_VERSIONS", "main"]
 
-log = logging.getLogger("raygate")
+KUBERAY_VERSIONS = ("1.6", "1.7")
+"""``check.VERSIONS``, the last the default, spelled here so that building the parser
+loads no check module (tests/test_cli.py holds the two equal)."""
 
 # What add_subparsers returns: argparse has no public name for it, and its class takes
 # a type argument only for the type checker.
@@ -67,7 +57,11 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raygate", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="raygate",
+        description="raygate: the scheduler extender and admission-status API for Ray "
+                    "clusters on Kubernetes.",
+        epilog="raygate COMMAND --help lists each command's flags.")
     parser.add_argument("--version", action="version", version=describe())
     commands = parser.add_subparsers(dest="command", required=True)
     _serve_parser(commands)
@@ -92,11 +86,11 @@ def _serve_parser(commands: Subcommands) -> None:
     serve.add_argument("--context", metavar="NAME",
                        help=f"the kubeconfig context to use (env {ENV_CONTEXT})")
     serve.add_argument("--config", dest="config_file", metavar="FILE",
-                       help=f"YAML config file with `server:` and `policy:` sections (env "
+                       help=f"YAML config file with server: and policy: sections (env "
                             f"{ENV_CONFIG}); its policy is reloaded when it changes")
     serve.add_argument("--print-config", action="store_true",
                        help="print the effective settings as a config file, with where each "
-                            "value came from, and exit")
+                            "value came from, and exit: 0, or 2 when serve would refuse them")
     # Each flag of the settings table; precedence: flag > RAYGATE_* > config file > default.
     # The parser's defaults are the documented ones (for --help), but only a flag on the
     # command line outranks the environment and the file: _Given records which were.
@@ -107,7 +101,15 @@ def _serve_parser(commands: Subcommands) -> None:
             default=getattr(defaults, setting.name), metavar=setting.metavar or None,
             choices=setting.choices or None,
             help=f"{setting.help + '; ' if setting.help else ''}env {setting.env}, file "
-                 f"{setting.file_key}; default {getattr(defaults, setting.name)!r}")
+                 f"{setting.file_key}; default {_default(getattr(defaults, setting.name))}")
+
+
+def _default(value: object) -> str:
+    """A default as an operator would type it: ``0.0.0.0:8888``, ``10.0``, ``none``."""
+    if isinstance(value, tuple):
+        value = ",".join(value)
+    # argparse formats help with %: a literal percent sign would be taken for a field.
+    return (str(value) or "none").replace("%", "%%")
 
 
 def _check_parser(commands: Subcommands) -> None:
@@ -116,21 +118,32 @@ def _check_parser(commands: Subcommands) -> None:
         "check", help="check RayClusters (and RayJobs, RayServices) against KubeRay's CRD and "
                       "for configurations that silently break gang preemption")
     check.add_argument("files", nargs="*", metavar="FILE",
-                       help="manifests with RayClusters, RayJobs, RayServices (YAML or JSON, "
-                            "Lists and multi-document; - reads stdin)")
+                       help="manifests with RayClusters, RayJobs, RayServices, RayCronJobs "
+                            "(YAML or JSON, Lists and multi-document; a folder: its .yaml, "
+                            ".yml and .json files, recursively; - reads stdin)")
+    check.add_argument("--kuberay-version", choices=KUBERAY_VERSIONS,
+                       default=KUBERAY_VERSIONS[-1], metavar="X.Y",
+                       help="check against this KubeRay release's CRDs "
+                            f"({', '.join(KUBERAY_VERSIONS)}; default %(default)s)")
     check.add_argument("--kubeconfig", metavar="FILE",
                        help="lint the RayClusters of a live cluster instead of files")
     check.add_argument("--context", metavar="NAME", help="the kubeconfig context (live)")
     check.add_argument("--namespace", metavar="NS", help="only this namespace (live)")
-    check.add_argument("--output", choices=["text", "json"], default="text")
+    check.add_argument("--output", choices=["text", "json"], default="text",
+                       help="text: a table for people; json: the findings and their summary "
+                            "as one JSON document, for scripts (default %(default)s)")
     check.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
-    check.add_argument("--config", metavar="FILE", help="YAML config file with a `policy:` section")
-    check.add_argument("--max-size", type=_byte_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+    check.add_argument("--config", metavar="FILE", help="YAML config file with a policy: section")
+    # A string default goes through `type` only when `check` runs: --version and --help
+    # need not import the checks.
+    check.add_argument("--max-size", type=_byte_size, default="8Mi", metavar="SIZE",
                        help="refuse a file larger than this, unread (a quantity: 8Mi, 500k; "
-                            "default 8Mi)")
+                            "default %(default)s)")
 
 
 def _byte_size(text: str) -> int:
+    from raygate.extender.check import parse_size
+
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -141,7 +154,7 @@ def _explain_parser(commands: Subcommands) -> None:
     """``raygate explain``: against a running raygate, or offline."""
     explain = commands.add_parser(
         "explain", help="why raygate would place a pod where it would, node by node")
-    explain.add_argument("pod", metavar="NAMESPACE/NAME")
+    explain.add_argument("pod", metavar="NAMESPACE/NAME", help="the pod to explain")
     where = explain.add_mutually_exclusive_group()
     where.add_argument("--server", default="http://127.0.0.1:8888", metavar="URL",
                        help="a running raygate: http://host:8888 or grpc://host:9090 "
@@ -150,11 +163,28 @@ def _explain_parser(commands: Subcommands) -> None:
                        help="explain offline from cluster objects in a file (repeatable)")
     where.add_argument("--demo", action="store_true", help="explain offline on the demo cluster")
     explain.add_argument("--nodes", metavar="NODE,...", help="only these nodes")
-    explain.add_argument("--output", choices=["text", "json"], default="text")
+    explain.add_argument("--output", choices=["text", "json"], default="text",
+                         help="text: a table, a row per node; json: the explanation as one "
+                              "JSON document, for scripts (default %(default)s)")
     explain.add_argument("--config", metavar="FILE", help="YAML config (offline only)")
 
 
 def _explain(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from raygate.extender.api.explain import ExplainService, fetch, render_table
+    from raygate.extender.config.file import load_config_file
+    from raygate.extender.errors import RaygateError
+    from raygate.extender.state.cache import ClusterCache
+    from raygate.extender.state.editor import build_snapshot
+    from raygate.extender.state.snapshot_files import (
+        SnapshotError,
+        demo_text,
+        load_files,
+        load_text,
+    )
+    from raygate.plugin.config import PolicyConfig
+
     namespace, _, name = args.pod.partition("/")
     if not namespace or not name:
         print("raygate: give the pod as NAMESPACE/NAME", file=sys.stderr)
@@ -180,10 +210,16 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from raygate.extender.check import live_inputs, run_check
+    from raygate.extender.config.file import load_config_file
+    from raygate.extender.kube.client import ClusterConfigError, NoClusterConfig, load_connection
+    from raygate.extender.state.snapshot_files import SnapshotError
+    from raygate.plugin.config import PolicyConfig
+
     live_mode = bool(args.kubeconfig or args.context)
     if bool(args.files) == live_mode:
-        print("raygate: give manifest FILEs, or --kubeconfig/--context for a live cluster",
-              file=sys.stderr)
+        print("raygate: give manifest FILEs or --kubeconfig/--context for a live cluster, "
+              f"{'not both' if live_mode else 'one of them'}", file=sys.stderr)
         return 2
     try:
         policy = load_config_file(args.config) if args.config else PolicyConfig()
@@ -191,23 +227,30 @@ def _check(args: argparse.Namespace) -> int:
         if live_mode:
             live = live_inputs(load_connection(args.kubeconfig, args.context),
                                args.namespace, policy)
-        return run_check(args.files, args.output, args.strict, policy, live=live,
-                         max_bytes=args.max_size)
+        return run_check(args.files, args.output, args.strict, policy,
+                         kuberay=args.kuberay_version, live=live, max_bytes=args.max_size)
     except (ConfigError, SnapshotError, NoClusterConfig, ClusterConfigError) as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from raygate.extender.app import StartupError, check_startup, serve
+    from raygate.extender.config.load import load_settings
+    from raygate.extender.config.render import render_config
+
     try:
         loaded = load_settings(_flags(args), os.environ)
     except ConfigError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
         return 2
-    if args.print_config:
-        print(render_config(loaded, os.environ), end="")
-        return 0
     try:
+        if args.print_config:
+            print(render_config(loaded, os.environ), end="")
+            # Every refusal serve would make before it listens; no port is bound, so that
+            # it runs beside a raygate serving (kubectl exec).
+            check_startup(loaded.settings)
+            return 0
         serve(loaded)
     except StartupError as exc:
         print(exc, file=sys.stderr)

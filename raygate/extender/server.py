@@ -46,13 +46,25 @@ from raygate.extender.state.cache import ClusterCache
 from raygate.extender.tls import CertReloader, TlsFiles
 from raygate.plugin.config import ConfigError
 
-__all__ = ["AccessGuard", "RaygateServer", "WebhookListener", "bind_socket"]
+__all__ = ["AccessGuard", "ListenError", "RaygateServer", "WebhookListener", "bind_socket"]
 
 log = logging.getLogger("raygate.server")
 
 CERT_POLL_SECONDS = 5.0
 """How often certificate files are checked for change. A Secret volume is updated within
 the kubelet's sync period (about a minute) anyway."""
+
+
+GRPC_OPTIONS = (
+    # grpc sets SO_REUSEPORT by default: a second raygate on the same port would then
+    # start and share it, each client served by either (and answered "not known" by the
+    # one with the emptier cache). Without it the second bind fails, as HTTP's does.
+    ("grpc.so_reuseport", 0),
+)
+
+
+class ListenError(Exception):
+    """A listener cannot have its address; the message says which one and why."""
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -285,7 +297,7 @@ class RaygateServer:
         """The gRPC server: the admission and explain services, health, reflection, the
         authorizer's interceptor; bound, not yet started."""
         interceptors = [] if self.authorizer is None else self.authorizer.grpc_interceptors()
-        server = self._grpc = grpc.aio.server(interceptors=interceptors)
+        server = self._grpc = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         add_admission_service(self.admission, server)
@@ -293,10 +305,17 @@ class RaygateServer:
         reflection.enable_server_reflection(
             (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
             server)
-        if self.tls is None:
-            self.grpc_port = server.add_insecure_port(self.grpc_addr)
-        else:
-            self.grpc_port = server.add_secure_port(self.grpc_addr, self.tls.grpc_credentials())
+        try:
+            if self.tls is None:
+                self.grpc_port = server.add_insecure_port(self.grpc_addr)
+            else:
+                self.grpc_port = server.add_secure_port(self.grpc_addr,
+                                                        self.tls.grpc_credentials())
+        except RuntimeError:
+            # grpcio (1.85) raises a bare RuntimeError with no reason when the bind fails;
+            # raygate.extender.app binds the address once before, to name the reason.
+            raise ListenError(f"cannot listen on {self.grpc_addr} (gRPC): the address is "
+                              "in use or not this machine's") from None
         return server, health_servicer
 
     def stop(self) -> None:

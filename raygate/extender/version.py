@@ -28,6 +28,13 @@ def build_labels() -> dict[str, str]:
     }
 
 
-def describe() -> str:
-    """``raygate 0.1.0 (python 3.11.7)``: what ``--version`` prints."""
-    return f"raygate {raygate_version()} (python {platform.python_version()})"
+def describe(program: str = "raygate", *others: str) -> str:
+    """``raygate 0.1.0 (python 3.11.7)``: what ``--version`` prints; ``others``: more
+    distributions whose versions matter to ``program`` (``not installed`` when absent)."""
+    versions = [f"python {platform.python_version()}"]
+    for name in others:
+        try:
+            versions.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            versions.append(f"{name} not installed")
+    return f"{program} {raygate_version()} ({', '.join(versions)})"

@@ -22,13 +22,13 @@ __all__ = [
     "ClusterFacts",
     "Finding",
     "GroupSpec",
+    "HeadSpec",
     "LintCluster",
     "Severity",
     "closest",
     "did_you_mean",
     "field_path",
     "lint",
-    "no_ray_objects",
     "not_an_object",
     "not_parsed",
     "object_ref",
@@ -46,15 +46,24 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 # Where each kind KubeRay serves keeps the RayCluster spec it runs (its Go types' JSON
-# names: RayJobSpec.RayClusterSpec is `rayClusterSpec`, RayServiceSpec's `rayClusterConfig`).
+# names: RayJobSpec.RayClusterSpec is `rayClusterSpec`, RayServiceSpec's `rayClusterConfig`,
+# RayCronJobSpec.JobTemplate a RayJobSpec).
 RAY_KINDS: Mapping[str, tuple[str, ...]] = {
     "RayCluster": ("spec",),
     "RayJob": ("spec", "rayClusterSpec"),
     "RayService": ("spec", "rayClusterConfig"),
+    "RayCronJob": ("spec", "jobTemplate", "rayClusterSpec"),
 }
 RAY_API_VERSION = "ray.io/v1"
-# Served by KubeRay too, but embedding no RayCluster spec raygate checks.
-OTHER_RAY_KINDS = ("RayCronJob",)
+# Kueue manages an autoscaled RayCluster only as an elastic job (docs/deploy.md).
+KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+# Node labels only nodes with an accelerator carry (GKE sets them from the node pool's
+# accelerator; NVIDIA's GPU feature discovery from the device), beside the configured
+# ``gpu_node_labels``: a selector on one of these matches GPU (or TPU) nodes only.
+GPU_ONLY_NODE_LABELS = ("cloud.google.com/gke-accelerator",
+                        "cloud.google.com/gke-tpu-accelerator", "nvidia.com/gpu.product")
+# KubeRay's CRD default for an unset maxReplicas (math.MaxInt32).
+CRD_MAX_REPLICAS = 2147483647
 
 
 class Severity(Enum):
@@ -84,6 +93,16 @@ class GroupSpec:
     """Requests or limits of the template's containers, summed (milli-units)."""
     tolerations: tuple[Toleration, ...] = ()
     scheduler_name: str = ""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HeadSpec:
+    """The head group's pod template, as far as the rules read it."""
+
+    resources: Mapping[str, int] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +121,12 @@ class LintCluster:
     (KubeRay copies their labels and annotations to the RayCluster it creates)."""
     spec_path: str = "spec"
     """Where the RayCluster's spec is in that object (``RAY_KINDS``)."""
+    head: HeadSpec = field(default_factory=HeadSpec)
+    generate_name: str = ""
 
     @property
     def ref(self) -> str:
-        return object_ref(self.kind, self.namespace, self.name)
+        return object_ref(self.kind, self.namespace, self.name, self.generate_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +160,8 @@ def _label(group: GroupSpec) -> str:
     return f"worker group {group.name!r}" if group.name else f"worker group #{group.index}"
 
 
-def _is_gpu_group(group: GroupSpec, config: PolicyConfig) -> bool:
-    return any(group.resources.get(r, 0) > 0 for r in config.gpu_resources)
+def _is_gpu(resources: Mapping[str, int], config: PolicyConfig) -> bool:
+    return any(resources.get(r, 0) > 0 for r in config.gpu_resources)
 
 
 def _floor(cluster: LintCluster, group: GroupSpec) -> int:
@@ -150,26 +171,34 @@ def _floor(cluster: LintCluster, group: GroupSpec) -> int:
     return (group.replicas or 0) * hosts
 
 
+def _max_text(value: int | None) -> str:
+    return f"unset ({CRD_MAX_REPLICAS}, the CRD's default)" if value is None else str(value)
+
+
 def rg001_floor_from_replicas(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
-    """Autoscaling off while a group is meant to scale: KubeRay sizes the floor from
-    ``replicas``, so nothing is surplus and nothing can be preempted."""
-    if cluster.autoscaling:
+    """A cluster meant for Volcano, autoscaling off, and a group with ``replicas`` above
+    its ``minReplicas``: KubeRay sizes the PodGroup's minMember from ``replicas`` then, so
+    every worker is floor and the gang waits for all of them; ``minReplicas`` reads like a
+    smaller floor but is only the lower bound of a count nobody changes. Only a warning:
+    that may be just what was meant. Not said when ``minReplicas == replicas`` (the floor
+    is the same either way) nor without a gang scheduler (nothing sizes a gang)."""
+    if cluster.autoscaling or not _meant_for_volcano(cluster, facts):
         return []
-    out = []
-    for g in cluster.groups:
-        replicas, low, high = g.replicas, g.min_replicas or 0, g.max_replicas
-        if (replicas is not None and low < replicas) or (high is not None and high > low):
-            out.append(Finding(
-                "RG001", Severity.ERROR, cluster.ref,
-                f"{cluster.spec_path}.enableInTreeAutoscaling",
-                f"{_label(g)} has minReplicas {low}, replicas {replicas}, maxReplicas {high} "
-                "but in-tree autoscaling is off: KubeRay sizes the gang floor from replicas, "
-                "so no worker is surplus and none can be preempted",
-                f"set {cluster.spec_path}.enableInTreeAutoscaling: true, or minReplicas = "
-                "replicas = maxReplicas"))
-    return out
+    return [
+        Finding(
+            "RG001", Severity.WARNING, cluster.ref,
+            f"{cluster.spec_path}.enableInTreeAutoscaling",
+            f"{_label(g)} has minReplicas {g.min_replicas} below replicas {g.replicas} with "
+            "in-tree autoscaling off: KubeRay sizes the Volcano gang from replicas, so all "
+            f"{g.replicas} are floor and none is surplus (maxReplicas {_max_text(g.max_replicas)})",
+            f"set {cluster.spec_path}.enableInTreeAutoscaling: true for a floor of "
+            f"minReplicas, or minReplicas: {g.replicas}")
+        for g in cluster.groups
+        if g.min_replicas is not None and g.replicas is not None
+        and 0 <= g.min_replicas < g.replicas
+    ]
 
 
 def rg002_multi_host_overflow(
@@ -232,8 +261,9 @@ def rg005_replicas_out_of_range(
             continue  # RG011 or RG004 already says it
         if g.replicas < low or (high is not None and g.replicas > high):
             out.append(Finding(
-                "RG005", Severity.ERROR, cluster.ref, _group_path(cluster, g, "replicas"),
-                f"{_label(g)} has replicas {g.replicas} outside [{low}, {high}]; KubeRay "
+                "RG005", Severity.WARNING, cluster.ref, _group_path(cluster, g, "replicas"),
+                f"{_label(g)} has replicas {g.replicas} outside [{low}, "
+                f"{CRD_MAX_REPLICAS if high is None else high}]; KubeRay "
                 "clamps it, so the manifest does not say what runs",
                 "set replicas within [minReplicas, maxReplicas]"))
     return out
@@ -270,8 +300,8 @@ def rg007_duplicate_group_name(
     return out
 
 
-def _tolerates_gpu(group: GroupSpec, config: PolicyConfig) -> bool:
-    for t in group.tolerations:
+def _tolerates_gpu(tolerations: Sequence[Toleration], config: PolicyConfig) -> bool:
+    for t in tolerations:
         if t.operator == "Exists" and not t.key:
             return True  # tolerates every taint
         if t.key in config.gpu_resources and t.effect in ("", "NoSchedule", "NoExecute"):
@@ -279,17 +309,33 @@ def _tolerates_gpu(group: GroupSpec, config: PolicyConfig) -> bool:
     return False
 
 
+def _cpu_floor(cluster: LintCluster,
+               config: PolicyConfig) -> list[tuple[str, str, HeadSpec | GroupSpec]]:
+    """(what, path of its pod spec, its template view) of the head, when CPU-only, and of
+    each CPU-only worker group that holds floor pods: the pods raygate keeps off GPU nodes."""
+    out: list[tuple[str, str, HeadSpec | GroupSpec]] = []
+    if not _is_gpu(cluster.head.resources, config):
+        out.append(("CPU-only head", f"{cluster.spec_path}.headGroupSpec.template.spec",
+                    cluster.head))
+    out.extend((f"CPU-only {_label(g)} with {_floor(cluster, g)} floor pods",
+                _group_path(cluster, g, "template.spec"), g)
+               for g in cluster.groups
+               if not _is_gpu(g.resources, config) and _floor(cluster, g) > 0)
+    return out
+
+
 def rg008_floor_tolerates_gpu(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
+    """The head or a CPU-only floor group tolerating GPU taints: raygate refuses it GPU
+    nodes, a scheduler without raygate does not. A warning: nothing breaks while raygate
+    filters, but the toleration says the opposite of what raygate will do."""
     return [
-        Finding("RG008", Severity.WARNING, cluster.ref,
-                _group_path(cluster, g, "template.spec.tolerations"),
-                f"CPU-only {_label(g)} holds {_floor(cluster, g)} floor pods and tolerates GPU "
-                "taints: without raygate's filter its floor workers can take GPU nodes",
-                "drop the GPU toleration from CPU-only floor groups")
-        for g in cluster.groups
-        if not _is_gpu_group(g, config) and _floor(cluster, g) > 0 and _tolerates_gpu(g, config)
+        Finding("RG008", Severity.WARNING, cluster.ref, f"{path}.tolerations",
+                f"{what} tolerates GPU taints: raygate refuses GPU nodes to it, and without "
+                "raygate's filter it can take one", "drop the GPU toleration")
+        for what, path, spec in _cpu_floor(cluster, config)
+        if _tolerates_gpu(spec.tolerations, config)
     ]
 
 
@@ -304,7 +350,7 @@ def rg009_gpu_floor_above_gpu_nodes(
                 f"{facts.gpu_nodes} GPU nodes: the gang can never be admitted whole",
                 "lower minReplicas, or add GPU nodes")
         for g in cluster.groups
-        if _is_gpu_group(g, config) and _floor(cluster, g) > facts.gpu_nodes
+        if _is_gpu(g.resources, config) and _floor(cluster, g) > facts.gpu_nodes
     ]
 
 
@@ -359,6 +405,48 @@ def rg011_negative_count(
     return out
 
 
+def rg012_kueue_autoscaling_not_elastic(
+    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
+) -> list[Finding]:
+    """An autoscaled RayCluster queued in Kueue without the elastic-job annotation: Kueue's
+    webhook refuses it (a Kueue-managed RayCluster may autoscale only as an elastic job,
+    with the ElasticJobsViaWorkloadSlices feature gate on). An error: it is not admitted."""
+    if (cluster.kind != "RayCluster" or not cluster.autoscaling
+            or KUEUE_QUEUE_LABEL not in cluster.labels
+            or cluster.annotations.get(KUEUE_ELASTIC_ANNOTATION) == "true"):
+        return []
+    return [Finding(
+        "RG012", Severity.ERROR, cluster.ref, "metadata.annotations",
+        f"queued in Kueue ({KUEUE_QUEUE_LABEL}) with in-tree autoscaling on but without "
+        f"{KUEUE_ELASTIC_ANNOTATION}: \"true\": Kueue's webhook refuses the RayCluster",
+        f"add the annotation {KUEUE_ELASTIC_ANNOTATION}: \"true\" (and turn on Kueue's "
+        "ElasticJobsViaWorkloadSlices feature gate), or turn autoscaling off")]
+
+
+def _gpu_only_selector(selector: Mapping[str, str], config: PolicyConfig) -> str | None:
+    for key, value in selector.items():
+        if key in GPU_ONLY_NODE_LABELS or config.gpu_node_labels.get(key) == value:
+            return f"{key}: {value}"
+    return None
+
+
+def rg013_floor_selects_gpu_nodes(
+    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
+) -> list[Finding]:
+    """The head or a CPU-only floor group whose nodeSelector only GPU nodes match: raygate
+    refuses it every GPU node, so it can never be placed. An error: the pods stay
+    Pending."""
+    out = []
+    for what, path, spec in _cpu_floor(cluster, config):
+        label = _gpu_only_selector(spec.node_selector, config)
+        if label is not None:
+            out.append(Finding(
+                "RG013", Severity.ERROR, cluster.ref, f"{path}.nodeSelector",
+                f"{what} selects GPU nodes only ({label}): raygate refuses GPU nodes to it, "
+                "so it can never be placed", "select CPU nodes for it, or give it a GPU"))
+    return out
+
+
 RULES: Sequence[LintRule] = (
     rg001_floor_from_replicas,
     rg002_multi_host_overflow,
@@ -371,6 +459,8 @@ RULES: Sequence[LintRule] = (
     rg009_gpu_floor_above_gpu_nodes,
     rg010_missing_queue,
     rg011_negative_count,
+    rg012_kueue_autoscaling_not_elastic,
+    rg013_floor_selects_gpu_nodes,
 )
 
 
@@ -403,7 +493,10 @@ def did_you_mean(word: str, choices: Collection[str]) -> str:
     return f" (did you mean {match!r}?)" if match else ""
 
 
-def object_ref(kind: str, namespace: str, name: str) -> str:
+def object_ref(kind: str, namespace: str, name: str, generate_name: str = "") -> str:
+    """``RayJob ray/train``; an object named by the API server from its ``generateName``
+    shows that prefix: ``RayJob ray/train-<generated>``."""
+    name = name or (f"{generate_name}<generated>" if generate_name else "")
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}".rstrip()
 
 
@@ -435,7 +528,9 @@ def not_an_object(value: object) -> Finding:
 def recognise(kind: object, api_version: object, ref: str) -> tuple[str | None, list[Finding]]:
     """Which of ``RAY_KINDS`` a document is (None: not one to check), and what is wrong
     with its kind or apiVersion: a misspelled kind, an unknown ``ray.io`` kind, a Ray kind
-    under another group."""
+    under another group. Another group's kind is someone else's object, whatever its name
+    (a ``v1`` Service, a ``batch/v1`` CronJob, Cluster API's Cluster): only a ``ray.io``
+    kind, or one that starts with "Ray", is read as a misspelled Ray kind."""
     if not isinstance(kind, str) or not kind or not isinstance(api_version, str):
         return None, [Finding("RG102", Severity.ERROR, ref, "kind" if not kind else "apiVersion",
                               "no kind or apiVersion: not a Kubernetes object",
@@ -453,25 +548,13 @@ def recognise(kind: object, api_version: object, ref: str) -> tuple[str | None, 
             "RG103", Severity.ERROR, ref, "apiVersion",
             f"{kind} is served as {RAY_API_VERSION}, not {api_version}: the API server has no "
             f"{kind} there", f"use apiVersion: {RAY_API_VERSION}")]
-    if kind in OTHER_RAY_KINDS and group == "ray.io":
-        return None, [Finding("RG103", Severity.INFO, ref, "kind",
-                              f"{kind} is not checked (it embeds no RayCluster spec raygate reads)",
-                              "check the RayJob it creates instead")]
-    served = [*RAY_KINDS, *OTHER_RAY_KINDS]
-    match = closest(kind, served)
-    if group == "ray.io" or match:
+    match = closest(kind, RAY_KINDS)
+    if group == "ray.io" or (match and kind.lower().startswith("ray")):
         return None, [Finding(
             "RG103", Severity.ERROR, ref, "kind",
-            f"unknown kind {kind!r}{did_you_mean(kind, served)}: KubeRay serves "
-            f"{', '.join(served)}", f"use kind: {match or 'RayCluster'}")]
-    return None, []  # someone else's object: a ConfigMap, a Deployment, ...
-
-
-def no_ray_objects(others: Mapping[str, int]) -> Finding:
-    seen = ", ".join(f"{n} {kind}" for kind, n in sorted(others.items()))
-    return Finding("RG104", Severity.WARNING, "", "",
-                   f"no RayCluster, RayJob or RayService found ({seen or 'no objects'})",
-                   "give the files that hold the RayClusters (a typo in `kind` shows as RG103)")
+            f"unknown kind {kind!r}{did_you_mean(kind, RAY_KINDS)}: KubeRay serves "
+            f"{', '.join(RAY_KINDS)}", f"use kind: {match or 'RayCluster'}")]
+    return None, []  # someone else's object: a Service, a ConfigMap, a Deployment, ...
 
 
 def schema_violation(ref: str, kind: str, path: Sequence[str | int], message: str) -> Finding:

@@ -44,7 +44,7 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)  # typed: True == 1.0 must not hit 1.0's entry
 def parse_milli(quantity: str | int | float) -> int:
     """Return the quantity in milli-units, rounded up like Kubernetes does.
 

@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from raygate.extender.version import describe
 from raygate.plugin.config import ConfigError
 from raygate.ray_autoscaler.settings import (
     ENV_CA_FILE,
@@ -27,6 +28,7 @@ from raygate.ray_autoscaler.settings import (
     ENV_POLL_INTERVAL,
     ENV_SERVER_NAME,
     ENV_TIMEOUT,
+    ENV_TOKEN_FILE,
     ENV_URL,
     AutoscalerSettings,
 )
@@ -40,6 +42,8 @@ ENVIRONMENT = f"""environment:
   {ENV_CA_FILE:<30} PEM CA bundle for https:// and grpcs://
   {ENV_CERT_FILE:<30} PEM client certificate (mutual TLS), with {ENV_KEY_FILE}
   {ENV_SERVER_NAME:<30} the name to check raygate's certificate against (gRPC)
+  {ENV_TOKEN_FILE:<30} bearer token sent to raygate, re-read on every call (default:
+  {"":<30} the pod's service account token; set and empty: none)
 """
 
 
@@ -53,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster-namespace", default=os.environ.get("RAY_CLUSTER_NAMESPACE"),
                         help="its namespace (default: $RAY_CLUSTER_NAMESPACE)")
     parser.add_argument("--gcs-address", help="host:port of the GCS (default: <node ip>:6379)")
+    # Ray's version beside raygate's: the provider runs only on the versions it was
+    # tested with (TESTED_RAY_VERSIONS).
+    parser.add_argument("--version", action="version", version=describe(
+        "raygate-autoscaler", "ray"))
     return parser
 
 

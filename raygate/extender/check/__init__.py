@@ -19,12 +19,13 @@ from raygate.extender.check.inputs import (
     DEFAULT_MAX_BYTES,
     Document,
     InputError,
-    display_name,
     documents,
+    expand,
     parse_size,
 )
 from raygate.extender.check.manifests import check_object, lint_cluster
 from raygate.extender.check.report import Located, Report, render
+from raygate.extender.check.schema import DEFAULT_VERSION, VERSIONS
 from raygate.extender.kube.client import Connection, KubeTransport
 from raygate.extender.kube.transport import TransportError
 from raygate.extender.state import convert
@@ -38,28 +39,27 @@ from raygate.plugin.lint import (
     Finding,
     LintCluster,
     lint,
-    no_ray_objects,
     not_an_object,
     not_parsed,
     object_ref,
     recognise,
 )
 
-__all__ = ["DEFAULT_MAX_BYTES", "check_files", "lint_cluster", "live_inputs", "parse_size",
-           "run_check"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_VERSION", "VERSIONS", "check_files", "lint_cluster",
+           "live_inputs", "parse_size", "run_check"]
 
 
 def _ref(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     return object_ref(str(obj.get("kind") or "object"), str(meta.get("namespace") or ""),
-                      str(meta.get("name") or ""))
+                      str(meta.get("name") or ""), str(meta.get("generateName") or ""))
 
 
-def _document_findings(doc: Document, config: PolicyConfig, report: Report,
-                       others: Counter[str]) -> list[Finding]:
-    """What is wrong with one document; a Ray object is counted in ``report`` (its
-    RayCluster kept), someone else's in ``others``."""
+def _document_findings(doc: Document, config: PolicyConfig, kuberay: str,
+                       report: Report) -> list[Finding]:
+    """What is wrong with one document; a Ray object is counted in ``report.checked`` (its
+    RayCluster kept), someone else's in ``report.skipped``."""
     if doc.error is not None:
         return [not_parsed(doc.error)]
     if not isinstance(doc.value, dict):
@@ -68,11 +68,11 @@ def _document_findings(doc: Document, config: PolicyConfig, report: Report,
     kind, problems = recognise(doc.value.get("kind"), doc.value.get("apiVersion"), ref)
     if kind is None:
         if not problems:
-            others[f"{doc.value.get('apiVersion')}/{doc.value.get('kind')}"] += 1
+            report.skipped[str(doc.value.get("kind"))] += 1
         return problems
     report.checked[kind] += 1
     try:
-        found, cluster = check_object(doc.value, kind, ref, config)
+        found, cluster = check_object(doc.value, kind, ref, config, kuberay)
     except RecursionError:
         return [*problems, not_parsed("nested too deeply")]
     if cluster is not None:
@@ -80,20 +80,13 @@ def _document_findings(doc: Document, config: PolicyConfig, report: Report,
     return [*problems, *found]
 
 
-def _check_file(path: str, config: PolicyConfig, max_bytes: int, stdin: BinaryIO,
-                report: Report) -> None:
+def _check_file(path: str, config: PolicyConfig, report: Report, *, kuberay: str,
+                max_bytes: int, stdin: BinaryIO) -> None:
     docs = documents(path, max_bytes, stdin)
     report.files += 1
-    checked_before = report.checked.copy()
-    findings: list[Located] = []
-    others: Counter[str] = Counter()
     for doc in docs:
-        findings += [Located(f, doc.file, doc.line)
-                     for f in _document_findings(doc, config, report, others)]
-    if not findings and report.checked == checked_before:
-        # Nothing Ray, and nothing that looks like a mistake for it either (RG103 says those).
-        findings.append(Located(no_ray_objects(others), display_name(path)))
-    report.findings += findings
+        report.findings += [Located(f, doc.file, doc.line)
+                            for f in _document_findings(doc, config, kuberay, report)]
 
 
 class _Page(msgspec.Struct):
@@ -137,14 +130,16 @@ def live_inputs(connection: Connection, namespace: str | None,
 
 
 def check_files(paths: Sequence[str], config: PolicyConfig, *,
-                max_bytes: int = DEFAULT_MAX_BYTES, stdin: BinaryIO | None = None,
-                errors: TextIO | None = None) -> Report:
-    """Every file of ``paths`` (``-``: stdin) checked; one that cannot be read is said on
-    ``errors`` (stderr) and noted in the report, and the others are still checked."""
-    report = Report()
-    for path in paths:
+                kuberay: str = DEFAULT_VERSION, max_bytes: int = DEFAULT_MAX_BYTES,
+                stdin: BinaryIO | None = None, errors: TextIO | None = None) -> Report:
+    """Every file of ``paths`` (``-``: stdin; a folder: its manifests, recursively) checked
+    against KubeRay ``kuberay``; one that cannot be read is said on ``errors`` (stderr) and
+    noted in the report, and the others are still checked."""
+    report = Report(kuberay=kuberay)
+    for path in expand(paths):
         try:
-            _check_file(path, config, max_bytes, stdin or sys.stdin.buffer, report)
+            _check_file(path, config, report, kuberay=kuberay, max_bytes=max_bytes,
+                        stdin=stdin or sys.stdin.buffer)
         except InputError as exc:
             report.unreadable.append(str(exc))
             print(f"raygate: {exc}", file=errors or sys.stderr)
@@ -152,17 +147,20 @@ def check_files(paths: Sequence[str], config: PolicyConfig, *,
 
 
 def run_check(paths: Sequence[str], output: str, strict: bool, config: PolicyConfig, *,
+              kuberay: str = DEFAULT_VERSION,
               live: tuple[list[LintCluster], ClusterFacts] | None = None,
               max_bytes: int = DEFAULT_MAX_BYTES, stdin: BinaryIO | None = None,
               out: TextIO | None = None, errors: TextIO | None = None) -> int:
-    """Check files, or with ``live`` the RayClusters read from a cluster with its facts;
-    print the findings and the summary; return the exit status."""
+    """Check files against KubeRay ``kuberay`` (of ``schema.VERSIONS``), or with ``live``
+    the RayClusters read from a cluster with its facts; print the findings and the
+    summary; return the exit status."""
     if live is not None:
         clusters, facts = live
         report = Report(live=True, checked=Counter({"RayCluster": len(clusters)}) if clusters
-                        else Counter(), clusters=list(clusters))
+                        else Counter(), clusters=list(clusters), kuberay=None)
         report.findings = [Located(f) for f in lint(clusters, facts, config)]
     else:
-        report = check_files(paths, config, max_bytes=max_bytes, stdin=stdin, errors=errors)
+        report = check_files(paths, config, kuberay=kuberay, max_bytes=max_bytes, stdin=stdin,
+                             errors=errors)
     render(report, output, strict, out or sys.stdout)
     return report.exit_code(strict)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -21,13 +21,31 @@ from raygate.extender.wire import DECODE_ERRORS
 from raygate.plugin.quantity import QuantityError, parse_milli
 
 __all__ = ["DEFAULT_MAX_BYTES", "STDIN", "Document", "InputError", "display_name", "documents",
-           "parse_size", "size_text"]
+           "expand", "parse_size", "size_text"]
 
 DEFAULT_MAX_BYTES = 8 * 2**20
 STDIN = "-"
 # A line that starts a YAML document. The spec lets no scalar hold one at column 0, so
 # splitting on it before parsing is exact (directives aside, which manifests do not use).
 _DOCUMENT_START = re.compile(r"^---(?=[ \t]|\r?$)", re.M)
+# What `kubectl apply -f FOLDER` reads of a folder.
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class _StrictLoader(ManifestLoader):
+    """The manifest loader, refusing a key given twice in one mapping as kubectl's strict
+    decoding does (PyYAML would keep the last, silently merging two objects into one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"duplicate key {key.value!r}", key.start_mark)
+                seen.add(key.value)
+        return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
 
 
 class InputError(ValueError):
@@ -80,6 +98,19 @@ def _read(path: str, limit: int, stdin: BinaryIO) -> bytes:
     return data
 
 
+def expand(paths: Iterable[str]) -> Iterator[str]:
+    """``paths`` with each folder replaced by its manifests (``MANIFEST_SUFFIXES``), all of
+    its subfolders' too, in name order: a CI gate over a folder of manifests."""
+    for path in paths:
+        if path != STDIN and os.path.isdir(path):
+            for folder, subfolders, files in os.walk(path):
+                subfolders.sort()
+                yield from (os.path.join(folder, name) for name in sorted(files)
+                            if name.endswith(MANIFEST_SUFFIXES))
+        else:
+            yield path
+
+
 def display_name(path: str) -> str:
     """How messages name a file."""
     return "<stdin>" if path == STDIN else path
@@ -128,7 +159,7 @@ def _yaml_documents(text: str, file: str) -> Iterator[Document]:
         chunk = text[start:end]
         error: str | None = None
         try:
-            values = list(yaml.load_all(chunk, Loader=ManifestLoader))
+            values = list(yaml.load_all(chunk, Loader=_StrictLoader))
         except yaml.YAMLError as exc:
             values, error = [], _yaml_error(exc, line)
         except RecursionError:

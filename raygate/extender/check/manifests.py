@@ -14,12 +14,13 @@ import msgspec
 
 from raygate.extender.check import schema
 from raygate.extender.state import convert
-from raygate.extender.wire.raycluster import RayClusterManifest
+from raygate.extender.wire.raycluster import PodSpec, RayClusterManifest
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.lint import (
     RAY_KINDS,
     Finding,
     GroupSpec,
+    HeadSpec,
     LintCluster,
     Severity,
     Toleration,
@@ -47,6 +48,11 @@ def _resources(containers: Iterable[Any], path: str) -> dict[str, int]:
     return total
 
 
+def _tolerations(pod: PodSpec) -> tuple[Toleration, ...]:
+    return tuple(Toleration(t.key or "", t.operator or "Equal", t.effect or "")
+                 for t in pod.tolerations or ())
+
+
 def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
                  spec_path: str = "spec") -> LintCluster:
     """What the rules read of a RayCluster; ``kind`` and ``spec_path`` say where its spec
@@ -60,9 +66,9 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
             index=i, name=g.group_name, replicas=g.replicas, min_replicas=g.min_replicas,
             max_replicas=g.max_replicas, num_of_hosts=g.num_of_hosts,
             resources=_resources(pod.containers or (), path),
-            tolerations=tuple(Toleration(t.key or "", t.operator or "Equal", t.effect or "")
-                              for t in pod.tolerations or ()),
+            tolerations=_tolerations(pod),
             scheduler_name=pod.scheduler_name or "",
+            node_selector=pod.node_selector or {},
         ))
     options = spec.autoscaler_options
     autoscaler = None
@@ -70,9 +76,11 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
         autoscaler = dict(convert.resources(
             options.resources.requests or options.resources.limits,
             f"{spec_path}.autoscalerOptions.resources"))
+    head = spec.head_group_spec.template.spec
     return LintCluster(
         namespace=manifest.metadata.namespace,
         name=manifest.metadata.name,
+        generate_name=manifest.metadata.generate_name,
         autoscaling=bool(spec.enable_in_tree_autoscaling),
         groups=tuple(groups),
         labels=manifest.metadata.labels or {},
@@ -81,6 +89,10 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
         autoscaler_requests=autoscaler,
         kind=kind,
         spec_path=spec_path,
+        head=HeadSpec(
+            resources=_resources(head.containers or (),
+                                 f"{spec_path}.headGroupSpec.template.spec.containers"),
+            tolerations=_tolerations(head), node_selector=head.node_selector or {}),
     )
 
 
@@ -116,11 +128,13 @@ def _not_converted(ref: str, spec_path: str, exc: Exception) -> Finding:
                    "give the field the type KubeRay's CRD defines")
 
 
-def check_object(obj: Mapping[str, Any], kind: str, ref: str,
-                 config: PolicyConfig) -> tuple[list[Finding], LintCluster | None]:
-    """Every finding on one Ray object, and the RayCluster the rules saw (None when it
-    embeds none: a RayJob that runs on an existing cluster via ``clusterSelector``)."""
-    violations = schema.violations(obj, kind)
+def check_object(obj: Mapping[str, Any], kind: str, ref: str, config: PolicyConfig,
+                 version: str = schema.DEFAULT_VERSION
+                 ) -> tuple[list[Finding], LintCluster | None]:
+    """Every finding on one Ray object against KubeRay ``version``'s CRD, and the
+    RayCluster the rules saw (None when it embeds none: a RayJob that runs on an existing
+    cluster via ``clusterSelector``)."""
+    violations = schema.violations(obj, kind, version)
     findings = [schema_violation(ref, kind, v.path, v.message) for v in violations]
     at = RAY_KINDS[kind]
     spec: Any = obj

@@ -8,6 +8,7 @@ from typing import TextIO
 
 import msgspec
 
+from raygate.extender.check import schema
 from raygate.plugin.lint import RAY_KINDS, Finding, LintCluster, Severity
 
 __all__ = ["EXIT_CLEAN", "EXIT_FOUND", "EXIT_NOTHING", "EXIT_UNUSABLE", "Located", "Report",
@@ -16,8 +17,7 @@ __all__ = ["EXIT_CLEAN", "EXIT_FOUND", "EXIT_NOTHING", "EXIT_UNUSABLE", "Located
 EXIT_CLEAN = 0
 EXIT_FOUND = 1  # an error (with --strict, also a warning)
 EXIT_UNUSABLE = 2  # a usage error, or a file that could not be read at all
-EXIT_NOTHING = 3  # no RayCluster, RayJob or RayService anywhere, and no error either
-NOTHING_FOUND = "RG104"
+EXIT_NOTHING = 3  # no Ray object in any file (or the cluster), and no error either
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,11 @@ class Report:
     clusters: list[LintCluster] = field(default_factory=list)
     """What the rules saw of each RayCluster checked (embedded ones too)."""
     unreadable: list[str] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Objects that are not KubeRay's, by kind: read, and left alone."""
+    kuberay: str | None = schema.DEFAULT_VERSION
+    """The KubeRay version whose CRDs the files were checked against (None live: the
+    cluster's own API server has checked them)."""
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.finding.severity is severity)
@@ -50,21 +55,23 @@ class Report:
         if self.unreadable:
             return EXIT_UNUSABLE
         failing = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
-        nothing = not self.checked
-        if any(f.finding.severity in failing and not (nothing and f.finding.id == NOTHING_FOUND)
-               for f in self.findings):
+        if any(f.finding.severity in failing for f in self.findings):
             return EXIT_FOUND
-        return EXIT_NOTHING if nothing else EXIT_CLEAN
+        return EXIT_NOTHING if not self.checked else EXIT_CLEAN
 
     def summary(self) -> str:
-        """``3 RayClusters in 2 files: 2 errors, 1 warning``."""
+        """``3 RayClusters in 2 files against KubeRay v1.7.0: 2 errors, 1 warning; not Ray,
+        left alone: 2 Service, 1 ConfigMap``."""
         kinds = [_count(self.checked[k], k) for k in RAY_KINDS if self.checked[k]]
         where = "in the cluster" if self.live else f"in {_count(self.files, 'file')}"
+        against = f" against KubeRay {schema.release(self.kuberay)}" if self.kuberay else ""
         tally = [_count(self.count(s), s.value) for s in Severity if self.count(s)]
         unreadable = f" ({_count(len(self.unreadable), 'file')} not read)" \
             if self.unreadable else ""
-        return (f"{', '.join(kinds) or '0 RayClusters'} {where}{unreadable}: "
-                f"{', '.join(tally) or 'no findings'}")
+        skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(self.skipped.items()))
+        return (f"{', '.join(kinds) or '0 Ray objects'} {where}{unreadable}{against}: "
+                f"{', '.join(tally) or 'no findings'}"
+                f"{f'; not Ray, left alone: {skipped}' if skipped else ''}")
 
 
 def _count(n: int, word: str) -> str:
@@ -90,6 +97,8 @@ class _JsonSummary(msgspec.Struct):
     warnings: int
     info: int
     unreadable: list[str]
+    skipped: dict[str, int]
+    kuberay: str | None
     exit_code: int
 
 
@@ -106,6 +115,8 @@ def render(report: Report, output: str, strict: bool, out: TextIO) -> None:
             _JsonSummary(report.summary(), report.files, dict(report.checked),
                          report.count(Severity.ERROR), report.count(Severity.WARNING),
                          report.count(Severity.INFO), report.unreadable,
+                         dict(report.skipped),
+                         schema.release(report.kuberay) if report.kuberay else None,
                          report.exit_code(strict)))).decode() + "\n")
         return
     for at in report.findings:

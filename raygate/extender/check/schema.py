@@ -1,8 +1,9 @@
-"""Ray objects against KubeRay's own CRD schemas (``kuberay_crds.json``, written by
-``python -m testbed.kuberay_schema --write`` from the KubeRay release the testbed pins), the
-way the API server takes them: nulls of non-nullable fields pruned, defaults applied, then
-the ``openAPIV3Schema``, with unknown fields refused as ``kubectl apply`` (strict field
-validation) refuses them. The CEL rules (``x-kubernetes-validations``) are not evaluated.
+"""Ray objects against KubeRay's own CRD schemas, one file per supported KubeRay minor
+release (``kuberay_crds_1.7.json``, ..., written by ``python -m testbed.kuberay_schema``
+from that release's CRDs), the way the API server takes them: nulls of non-nullable fields
+pruned, defaults applied, then the ``openAPIV3Schema``, with unknown fields refused as
+``kubectl apply`` (strict field validation) refuses them. The CEL rules
+(``x-kubernetes-validations``) are not evaluated.
 
 jsonschema is imported on first use: ``raygate serve`` never pays for it.
 """
@@ -23,10 +24,14 @@ from raygate.plugin.lint import did_you_mean
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-__all__ = ["KINDS", "Violation", "source", "violations"]
+__all__ = ["DEFAULT_VERSION", "KINDS", "VERSIONS", "Violation", "release", "source",
+           "violations"]
 
 FieldPath = tuple[str | int, ...]
-KINDS = ("RayCluster", "RayJob", "RayService")
+KINDS = ("RayCluster", "RayJob", "RayService", "RayCronJob")
+# The KubeRay minor releases a schema ships for; the default is the current release.
+VERSIONS = ("1.6", "1.7")
+DEFAULT_VERSION = "1.7"
 _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 
 
@@ -37,22 +42,27 @@ class Violation:
 
 
 @functools.cache
-def _document() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("kuberay_crds.json").read_bytes()
+def _document(version: str) -> dict[str, Any]:
+    text = resources.files(__package__).joinpath(f"kuberay_crds_{version}.json").read_bytes()
     document: dict[str, Any] = msgspec.json.decode(text)
     return document
 
 
-def source() -> str:
-    """Which KubeRay release and files the schemas come from."""
-    return str(_document()["source"])
+def source(version: str = DEFAULT_VERSION) -> str:
+    """Which KubeRay release and files the schemas of ``version`` come from."""
+    return str(_document(version)["source"])
+
+
+def release(version: str = DEFAULT_VERSION) -> str:
+    """The exact KubeRay release of ``version``'s schemas: ``v1.7.0``."""
+    return source(version).split()[1]
 
 
 @functools.cache
-def _schemas() -> dict[str, Any]:
+def _schemas(version: str) -> dict[str, Any]:
     """Each kind's schema with every ``$ref`` replaced by the very schema it names (shared,
     not copied): jsonschema's reference lookups cost a quarter of the validation."""
-    definitions = _document()["definitions"]
+    definitions = _document(version)["definitions"]
 
     def inline(node: Any) -> Any:
         if isinstance(node, dict):
@@ -69,7 +79,7 @@ def _schemas() -> dict[str, Any]:
     def resolved(name: str) -> Any:
         return inline(definitions[name])
 
-    return {kind: inline(schema) for kind, schema in _document()["kinds"].items()}
+    return {kind: inline(schema) for kind, schema in _document(version)["kinds"].items()}
 
 
 def _prepared(value: Any, schema: Mapping[str, Any]) -> Any:
@@ -95,7 +105,7 @@ def _prepared(value: Any, schema: Mapping[str, Any]) -> Any:
 
 
 @functools.cache
-def _validator(kind: str) -> Validator:
+def _validator(kind: str, version: str) -> Validator:
     from jsonschema import Draft4Validator, ValidationError, validators
 
     base = Draft4Validator.VALIDATORS
@@ -127,18 +137,20 @@ def _validator(kind: str) -> Validator:
 
     kubernetes = validators.extend(Draft4Validator, {  # type: ignore[no-untyped-call]
         "properties": properties, "required": required, "type": type_, "pattern": pattern})
-    return kubernetes(_schemas()[kind])  # type: ignore[no-any-return]
+    return kubernetes(_schemas(version)[kind])  # type: ignore[no-any-return]
 
 
 def _order(path: FieldPath) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, p) if isinstance(p, int) else (1, p) for p in path)
 
 
-def violations(obj: Mapping[str, Any], kind: str) -> list[Violation]:
-    """Every way ``obj`` (a ``kind`` of ``KINDS``) breaks its CRD schema, in path order."""
-    instance = _prepared(obj, _schemas()[kind])
+def violations(obj: Mapping[str, Any], kind: str,
+               version: str = DEFAULT_VERSION) -> list[Violation]:
+    """Every way ``obj`` (a ``kind`` of ``KINDS``) breaks its CRD schema in KubeRay
+    ``version`` (of ``VERSIONS``), in path order."""
+    instance = _prepared(obj, _schemas(version)[kind])
     found = [Violation(tuple(e.absolute_path), e.message)
-             for e in _validator(kind).iter_errors(instance)]
+             for e in _validator(kind, version).iter_errors(instance)]
     metadata = obj.get("metadata") or {}
     if isinstance(metadata, dict) and not metadata.get("name") and not metadata.get(
             "generateName"):  # the API server's ObjectMeta check, not the CRD's

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from raygate.extender.config.settings import BY_KEY, InvalidValue, did_you_mean, problem, show
-from raygate.extender.files import file_stamp
+from raygate.extender.files import file_stamp, yaml_problem
 from raygate.plugin.config import (
     ConfigError,
     PolicyConfig,
@@ -100,7 +100,7 @@ def read_config_file(path: str) -> ConfigFile:
     except UnicodeDecodeError as exc:
         return broken(f"{path}: not UTF-8 text: {exc.reason}")
     except yaml.YAMLError as exc:
-        return broken(f"{path}: not valid YAML: {exc}")
+        return broken(f"{path}: not valid YAML: {yaml_problem(exc)}")
     if data is None:
         data = {}  # an empty file: every default
     if not isinstance(data, dict):

@@ -30,6 +30,7 @@ from kubernetes.config.incluster_config import (
     InClusterConfigLoader,
 )
 
+from raygate.extender.files import yaml_problem
 from raygate.extender.kube.decode import (
     API_RESOURCES,
     STATUS,
@@ -121,7 +122,10 @@ def load_connection(
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=kubeconfig, context=context, client_configuration=configuration,
             persist_config=False)
-    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise ClusterConfigError(
+            f"kubeconfig {kubeconfig}: not valid YAML: {yaml_problem(exc)}") from None
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
         raise ClusterConfigError(f"kubeconfig {kubeconfig}: {exc}") from None
     which = f" context {context}" if context else ""
     return Connection(configuration, f"{configuration.host} (kubeconfig {kubeconfig}{which})")

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from raygate.extender.files import yaml_problem
 from raygate.extender.state import convert
 from raygate.extender.state.keys import ClusterObjects
 from raygate.extender.wire import DECODE_ERRORS, kube
@@ -78,8 +79,10 @@ def _documents(text: str, where: str) -> list[Any]:
             pass  # not plain JSON after all (e.g. YAML flow style): try YAML
     try:
         return list(yaml.load_all(text, Loader=_Loader))
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise SnapshotError(f"{where}: not valid YAML or JSON: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise SnapshotError(f"{where}: not valid YAML or JSON: {yaml_problem(exc)}") from None
+    except RecursionError:
+        raise SnapshotError(f"{where}: not valid YAML or JSON: nested too deeply") from None
 
 
 def load_text(text: str, where: str, into: _Builder | None = None) -> ClusterObjects:

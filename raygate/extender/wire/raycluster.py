@@ -1,6 +1,6 @@
 """The parts of a RayCluster manifest ``raygate check`` reads: group sizes, the pod
-templates' resources, tolerations and scheduler, autoscaler options, labels. (The cache's
-slimmer ``kube.RayCluster`` skips templates.)"""
+templates' resources, tolerations, node selectors and scheduler, autoscaler options,
+labels. (The cache's slimmer ``kube.RayCluster`` skips templates.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import msgspec
 
 from raygate.extender.wire.kube import Container, Resources
 
-__all__ = ["RayClusterManifest"]
+__all__ = ["PodSpec", "RayClusterManifest"]
 
 
 class _Base(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -25,6 +25,7 @@ class PodSpec(_Base):
     containers: list[Container] | None = None
     tolerations: list[Toleration] | None = None
     scheduler_name: str | None = None
+    node_selector: dict[str, str] | None = None
 
 
 class Template(_Base):
@@ -57,6 +58,7 @@ class Spec(_Base):
 
 class Meta(_Base):
     name: str = ""
+    generate_name: str = ""
     namespace: str = ""
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None

@@ -44,17 +44,132 @@ podAntiAffinity:
 {{- end }}
 {{- end }}
 
-{{- define "raygate.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-seccompProfile: {type: RuntimeDefault}
+{{/*
+The ray-scheduler image: kubeScheduler.image.tag, else the cluster's own version
+(.Capabilities.KubeVersion: the API server's under `helm install`, --kube-version under
+`helm template`) without a provider's suffix (v1.30.4-eks-a737599 -> v1.30.4), so the
+scheduler is always its control plane's release.
+*/}}
+{{- define "raygate.kubeSchedulerImage" -}}
+{{- $image := .Values.kubeScheduler.image -}}
+{{- $tag := $image.tag | default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) -}}
+{{- if not $tag -}}
+{{- fail (printf "kubeScheduler.image.tag: empty, and the cluster's version %q is not vX.Y.Z" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{ $image.repository }}:{{ $tag }}
 {{- end }}
 
-{{- define "raygate.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities: {drop: [ALL]}
+{{/* The pods that serve raygate's HTTP and gRPC ports, which the Service `raygate` selects:
+in mode second the sidecars of ray-scheduler (there is no raygate Deployment then). */}}
+{{- define "raygate.serving" -}}
+{{- if eq .Values.kubeScheduler.mode "second" }}ray-scheduler{{ else }}raygate{{ end -}}
+{{- end }}
+
+{{/* config: with what the chart itself decides (authz off, the TLS files it mounts). */}}
+{{- define "raygate.config" -}}
+{{- $config := deepCopy .Values.config -}}
+{{- if not .Values.authz.enabled -}}
+{{- $_ := set $config.server.authz "mode" "off" -}}
+{{- end -}}
+{{- if .Values.tls.secretName -}}
+{{- $_ := set $config.server.tls "cert" "/etc/raygate/server-tls/tls.crt" -}}
+{{- $_ := set $config.server.tls "key" "/etc/raygate/server-tls/tls.key" -}}
+{{- end -}}
+{{- if .Values.tls.clientCASecretName -}}
+{{- $_ := set $config.server.tls "clientCA" "/etc/raygate/client-ca/ca.crt" -}}
+{{- end -}}
+{{- toYaml $config -}}
+{{- end }}
+
+{{/* Pod annotations: podAnnotations, and the checksum of what the pods read only at start
+(raygate.yaml's server:, and the extra document given, e.g. ray-scheduler's
+configuration), so that `helm upgrade` rolls them when it changes; policy: is reloaded in
+place and left out. */}}
+{{- define "raygate.podAnnotations" -}}
+{{- $server := (include "raygate.config" .root | fromYaml).server -}}
+checksum/config: {{ printf "%s\n%s" (toYaml $server) (.extra | default "") | sha256sum }}
+{{- with .root.Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "raygate.podLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+{{- with .root.Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* raygate's probes: probes.* as given, else httpGet (HTTPS under TLS), else under mutual
+TLS tcpSocket (the kubelet presents no client certificate: docs/security.md). */}}
+{{- define "raygate.probes" -}}
+{{- $v := .Values -}}
+{{- $mtls := not (empty $v.tls.clientCASecretName) -}}
+readinessProbe:
+{{- if $v.probes.readiness }}
+  {{- toYaml $v.probes.readiness | nindent 2 }}
+{{- else if $mtls }}
+  tcpSocket: {port: http}
+  periodSeconds: 5
+  failureThreshold: 2
+{{- else }}
+  httpGet: {path: /readyz, port: http{{ if $v.tls.secretName }}, scheme: HTTPS{{ end }}}
+  periodSeconds: 5
+  failureThreshold: 2
+{{- end }}
+livenessProbe:
+{{- if $v.probes.liveness }}
+  {{- toYaml $v.probes.liveness | nindent 2 }}
+{{- else if $mtls }}
+  tcpSocket: {port: http}
+  periodSeconds: 10
+  failureThreshold: 6
+{{- else }}
+  httpGet: {path: /healthz, port: http{{ if $v.tls.secretName }}, scheme: HTTPS{{ end }}}
+  periodSeconds: 10
+  failureThreshold: 6
+{{- end }}
+startupProbe:
+{{- if $v.probes.startup }}
+  {{- toYaml $v.probes.startup | nindent 2 }}
+{{- else if $mtls }}
+  tcpSocket: {port: http}
+  periodSeconds: 5
+  failureThreshold: 60
+{{- else }}
+  # The first list of 5,000 nodes and 150,000 pods takes seconds; give it minutes.
+  httpGet: {path: /healthz, port: http{{ if $v.tls.secretName }}, scheme: HTTPS{{ end }}}
+  periodSeconds: 5
+  failureThreshold: 60
+{{- end }}
+{{- end }}
+
+{{/* raygate's args after `serve` and its listeners' addresses: extraArgs. */}}
+{{- define "raygate.extraArgs" -}}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The TLS volumes and mounts of a raygate container (tls.*). */}}
+{{- define "raygate.tlsMounts" -}}
+{{- if .Values.tls.secretName }}
+- {name: server-tls, mountPath: /etc/raygate/server-tls, readOnly: true}
+{{- end }}
+{{- if .Values.tls.clientCASecretName }}
+- {name: client-ca, mountPath: /etc/raygate/client-ca, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- define "raygate.tlsVolumes" -}}
+{{- if .Values.tls.secretName }}
+- name: server-tls
+  secret: {secretName: {{ .Values.tls.secretName }}}
+{{- end }}
+{{- if .Values.tls.clientCASecretName }}
+- name: client-ca
+  secret: {secretName: {{ .Values.tls.clientCASecretName }}, items: [{key: ca.crt, path: ca.crt}]}
+{{- end }}
 {{- end }}
 
 {{/* The setup's own checks: a combination that cannot work fails the render. */}}
@@ -68,6 +183,12 @@ capabilities: {drop: [ALL]}
 {{- end -}}
 {{- if and .Values.volcano.enabled (ne $mode "none") -}}
 {{- fail "volcano.enabled needs kubeScheduler.mode none: Volcano schedules the Ray pods, not kube-scheduler" -}}
+{{- end -}}
+{{- if and .Values.tls.clientCASecretName (not .Values.tls.secretName) -}}
+{{- fail "tls.clientCASecretName needs tls.secretName: mutual TLS is TLS with client certificates" -}}
+{{- end -}}
+{{- if and .Values.volcano.enabled .Values.tls.clientCASecretName -}}
+{{- fail "tls.clientCASecretName with volcano.enabled: Volcano's extender client presents no certificate (docs/security.md)" -}}
 {{- end -}}
 {{- if and (eq $mode "default") (not .Values.webhook.tls.certManager.enabled) (not (and .Values.webhook.tls.existingSecret .Values.webhook.tls.caBundle)) -}}
 {{- fail "kubeScheduler.mode default serves a webhook: set webhook.tls.certManager.enabled, or webhook.tls.existingSecret and webhook.tls.caBundle" -}}
