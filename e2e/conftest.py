@@ -47,12 +47,14 @@ def kueue(testbed: Testbed) -> Testbed:
     return testbed
 
 
-@pytest.fixture(scope="session")
-def karpenter(testbed: Testbed) -> Karpenter:
+@pytest.fixture(scope="module")
+def karpenter(testbed: Testbed) -> Iterator[Karpenter]:
     """Karpenter's kwok provider (its CRDs, node class and instance types, no NodePool) on
-    the session's testbed, from the first scenario that needs it on (it stops with the
-    testbed)."""
-    return start_karpenter(testbed)
+    the session's testbed, for one module's scenarios: it acts on every unschedulable pod
+    in the cluster (writing its events on them), so it stops when they are done."""
+    started = start_karpenter(testbed)
+    yield started
+    started.stop()
 
 
 @pytest.fixture(scope="session")

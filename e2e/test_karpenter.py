@@ -132,11 +132,15 @@ def test_karpenter_floor_not_gpu_affinity(scenario: Scenario, claims: NodeClaims
         timeout=180)
     took = scenario.now() - created
     scenario.step(f"all {PODS} pods Running, {took:.1f} s after the RayCluster")
+    # The pods can run before the claim's watch event naming its node arrives here.
+    wait_until("the NodeClaim initialized, as the watch saw it", claims.initialized,
+               timeout=60)
 
     history = claims.history()
     assert [(h.pool, h.instance_type) for h in history] == [
         (f"cpu-{scenario.name}", "cpu-4x")], history
-    assert {p["spec"]["nodeName"] for p in ray_pods(scenario)} == {history[0].node}
+    nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in ray_pods(scenario)}
+    assert set(nodes.values()) == {history[0].node}, (nodes, history)
     report.add("karpenter-2-affinity", scenario.timeline(
         f"Karpenter: the same RayCluster with a required not-GPU affinity (one CPU node, "
         f"all Running in {took:.0f} s)") + claims.timeline())

@@ -151,11 +151,18 @@ class Karpenter:
             wait_for(f"NodePool {name} Ready", functools.partial(self.pool_ready, name), 60,
                      self.process)
 
-    def delete_pools(self, selector: str) -> None:
-        """Delete a scenario's NodePools: Karpenter then deletes their NodeClaims (and
-        nodes) itself."""
+    def delete_pools(self, selector: str, timeout: float = 120.0) -> None:
+        """Delete a scenario's NodePools and wait until Karpenter has deleted their
+        NodeClaims (it drains and deletes each node first)."""
         for pool in self.api().items(NODEPOOLS, labelSelector=selector):
             self.api().request("DELETE", f"{NODEPOOLS}/{pool['metadata']['name']}")
+        wait_for(f"the NodeClaims of {selector} gone", lambda: not self.node_claims(selector),
+                 timeout, self.process)
+
+    def stop(self) -> None:
+        """Stop the controller (its CRDs and objects stay): it acts on every unschedulable
+        pod of the cluster, so scenarios that do not expect it should not run beside it."""
+        self.testbed.processes.pop("karpenter").stop()
 
 
 def wrote_on_pod(event: dict[str, Any]) -> bool:
