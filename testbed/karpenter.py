@@ -2,8 +2,8 @@
 binary: Karpenter's core controllers over a provider that "launches" an instance by
 creating its Node object), beside a running testbed, as a cluster's node autoscaler.
 
-``start_karpenter`` starts it on demand (the first Karpenter scenario does); it stops
-with the testbed. What it sets up:
+``start_karpenter`` starts it on demand (the Karpenter scenarios do); it stops with the
+testbed, or before with ``Karpenter.stop()``. What it sets up:
 
 - Karpenter's five CRDs from the module it was built from (NodePool, NodeClaim,
   NodeOverlay, CapacityBuffer, KWOKNodeClass);
