@@ -16,6 +16,8 @@ import pytest
 from e2e import report
 from e2e.scenario import Scenario
 from testbed.cluster import REPO, Testbed, running_testbed
+from testbed.default_setup import start_default_setup
+from testbed.karpenter import Karpenter, start_karpenter
 from testbed.kueue import start_kueue
 from testbed.volcano import start_volcano
 
@@ -42,6 +44,25 @@ def kueue(testbed: Testbed) -> Testbed:
     """Kueue's manager (RayCluster integration, its webhooks) on the session's testbed,
     from the first scenario that needs it on (it stops with the testbed)."""
     start_kueue(testbed)
+    return testbed
+
+
+@pytest.fixture(scope="module")
+def karpenter(testbed: Testbed) -> Iterator[Karpenter]:
+    """Karpenter's kwok provider (its CRDs, node class and instance types, no NodePool) on
+    the session's testbed, for one module's scenarios: it acts on every unschedulable pod
+    in the cluster (writing its events on them), so it stops when they are done."""
+    started = start_karpenter(testbed)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def default_setup(testbed: Testbed) -> Testbed:
+    """deploy/kube-scheduler-default's marker webhook (for namespaces that carry
+    ``testbed.default_setup.NAMESPACE_LABEL``) and its scheduler on the session's
+    testbed, from the first scenario that needs them on (they stop with the testbed)."""
+    start_default_setup(testbed)
     return testbed
 
 

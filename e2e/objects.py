@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GPU_TAINT", "SCENARIO_LABEL", "Group", "gpu_job", "node", "raycluster",
+__all__ = ["GPU_TAINT", "SCENARIO_LABEL", "TOLERATE_GPU", "Group", "gpu_job", "node", "raycluster",
            "recipe_groups", "tolerating_gpu_groups"]
 
 SCENARIO_LABEL = "testbed.raygate.dev/scenario"

@@ -13,8 +13,9 @@ HEADER = (
     "Written by `make e2e` (the tests in `e2e/`) on a real etcd, kube-apiserver, "
     "kube-controller-manager, two kube-schedulers (`ray-scheduler` with raygate as its "
     "extender, configured exactly as `deploy/kube-scheduler-second` ships it, and the "
-    "stock `default-scheduler`), the KubeRay operator and kwok, all built from their Go "
-    "modules (`make testbed`). Nodes are simulated by kwok; every Ray pod is created by "
+    "stock `default-scheduler`), the KubeRay operator and kwok (and Volcano, Kueue and "
+    "Karpenter where a scenario says so), all built from their Go modules "
+    "(`make testbed`). Nodes are simulated by kwok; every Ray pod is created by "
     "the real KubeRay operator and placed by the real kube-scheduler. Times are seconds "
     "since the scenario began.\n\n")
 

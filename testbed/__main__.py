@@ -12,6 +12,7 @@ from pathlib import Path
 
 from testbed.build import COMPONENTS, BuildError, build_all
 from testbed.cluster import Testbed, TestbedError
+from testbed.karpenter import start_karpenter
 from testbed.processes import StartError
 
 
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: a new temporary folder)")
     up.add_argument("--no-raygate", action="store_true",
                     help="leave raygate out (start your own against the printed kubeconfig)")
+    up.add_argument("--karpenter", action="store_true",
+                    help="start Karpenter too: its CRDs, the KWOKNodeClass `testbed` and the "
+                    "instance types of testbed/karpenter.py, no NodePool (create your own)")
     args = parser.parse_args(argv)
 
     try:
@@ -41,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signum, lambda *_: stop.set())
         testbed.start()
         try:
+            if args.karpenter:
+                start_karpenter(testbed)
             print(f"export KUBECONFIG={testbed.admin_kubeconfig}")
             print(f"# kubectl: {COMPONENTS['kubernetes'].path('kubectl')}")
             if testbed.with_raygate:
