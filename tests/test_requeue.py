@@ -107,6 +107,11 @@ class Case:
 
 
 SUBJECT = worker("late")
+# The floor met, and a surplus worker of the group preempted on a GPU node at T0: SUBJECT
+# is under the thrash guard for 300 s.
+GUARDED = [worker("f1", "cpu-1"), worker("f2", "cpu-1"),
+           make_pod("gone").ray("rc", "w").requests(cpu="1").on("gpu-1")
+           .preempted(iso(T0_EPOCH)).obj(), SUBJECT]
 CASES = [
     Case("the floor filled meanwhile: asked again",
          [worker("f1"), worker("f2"), SUBJECT],
@@ -120,20 +125,8 @@ CASES = [
     Case("the RayCluster appeared and the floor is met: asked again",
          [SUBJECT], [CLUSTER, worker("f1", "cpu-1"), worker("f2", "cpu-1"), SUBJECT],
          nudged=True),
-    Case("the thrash guard ended: asked again",
-         [worker("f1", "cpu-1"), worker("f2", "cpu-1"),
-          make_pod("gone").ray("rc", "w").requests(cpu="1").on("gpu-1")
-          .preempted(iso(T0_EPOCH)).obj(), SUBJECT],
-         [worker("f1", "cpu-1"), worker("f2", "cpu-1"),
-          make_pod("gone").ray("rc", "w").requests(cpu="1").on("gpu-1")
-          .preempted(iso(T0_EPOCH)).obj(), SUBJECT], nudged=True, clock=301),
-    Case("the thrash guard still on: not asked",
-         [worker("f1", "cpu-1"), worker("f2", "cpu-1"),
-          make_pod("gone").ray("rc", "w").requests(cpu="1").on("gpu-1")
-          .preempted(iso(T0_EPOCH)).obj(), SUBJECT],
-         [worker("f1", "cpu-1"), worker("f2", "cpu-1"),
-          make_pod("gone").ray("rc", "w").requests(cpu="1").on("gpu-1")
-          .preempted(iso(T0_EPOCH)).obj(), SUBJECT], nudged=False, clock=100),
+    Case("the thrash guard ended: asked again", GUARDED, GUARDED, nudged=True, clock=301),
+    Case("the thrash guard still on: not asked", GUARDED, GUARDED, nudged=False, clock=100),
 ]
 
 
