@@ -343,3 +343,52 @@ def test_a_cluster_without_a_uid_gets_no_budget() -> None:
     world.upsert(replace(cluster(), uid=""))
     world.writer.check()
     assert world.api.floors() == {}
+
+
+def test_the_server_runs_the_writer_and_serves_its_metric() -> None:
+    """``RaygateServer(budget_api=...)`` (what ``raygate serve`` passes when it follows a
+    cluster with ``disruptionBudgets: on``): the writer starts and stops with the server,
+    its counter is on ``/metrics``."""
+    import httpx
+
+    from tests.conftest import ServerThread
+
+    api = FakeApi()
+    served = ServerThread(ClusterCache(PolicyConfig(), "test"), FakeClock(), budget_api=api)
+    served.start()
+    try:
+        assert served.server.budgets is not None
+        editor = SnapshotEditor(served.cache.snapshot)
+        editor.upsert(cluster(), "1")
+        served.cache.publish(editor.finish())
+        assert eventually(lambda: api.floors() == {HEAD: 1, BASE: 2})
+        with httpx.Client(base_url=served.url) as client:
+            text = client.get("/metrics").text
+        assert 'raygate_disruption_budget_writes_total{result="applied"} 2.0' in text
+    finally:
+        served.stop()
+    assert served.server.budgets._thread is None  # joined
+
+
+def test_without_a_budget_api_nothing_runs(server: Any) -> None:
+    """No cluster to write to (the demo, snapshot files) or ``disruptionBudgets: off``."""
+    assert server.server.budgets is None
+
+
+@pytest.mark.parametrize(("setting", "writes"), [("on", True), ("off", False)])
+def test_serve_writes_budgets_only_when_on(setting: str, writes: bool) -> None:
+    from raygate.extender.app import _server
+    from raygate.extender.config.settings import ServeSettings
+
+    @dataclass
+    class Transport(FakeApi):
+        def annotate_pod(self, namespace: str, name: str, uid: str,
+                         annotations: Mapping[str, str]) -> None:
+            raise AssertionError("not called here")
+
+    settings = ServeSettings(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0",
+                             disruption_budgets=setting)
+    server = _server(settings, ClusterCache(PolicyConfig(), "test"), None,
+                     Transport())  # type: ignore[arg-type]
+    server.http_sock.close()
+    assert (server.budgets is not None) is writes
