@@ -172,6 +172,18 @@ class _BudgetList(msgspec.Struct):
 _BUDGET_LIST = msgspec.json.Decoder(_BudgetList)
 
 
+def _finish(response: object) -> None:
+    """Read a reply raygate does not use, so its connection goes back to the pool (with
+    ``_preload_content=False`` the client returns urllib3's response, whatever its type
+    hints say)."""
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        return
+    try:
+        _ = response.data
+    finally:
+        response.release_conn()
+
+
 def _api_failure(exc: k8s.ApiException, what: str) -> Exception:
     """The API server's refusal (403, 422, ...) as an ``ApiError`` with its message."""
     body = exc.body if isinstance(exc.body, bytes | str) else b""
@@ -331,10 +343,10 @@ class KubeTransport:
         raygate owns every field it sets, so two replicas applying the same object
         converge on it, and a field another manager took is taken back."""
         try:
-            k8s.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget(
+            _finish(k8s.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget(
                 name, namespace, dict(body), field_manager=FIELD_MANAGER, force=True,
                 _content_type="application/apply-patch+yaml", _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout))
+                _request_timeout=(self.request_timeout, self.request_timeout)))
         except k8s.ApiException as exc:
             raise _api_failure(exc, f"APPLY poddisruptionbudget {namespace}/{name}") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -344,9 +356,9 @@ class KubeTransport:
     def delete_budget(self, namespace: str, name: str) -> None:
         """Delete a PodDisruptionBudget; one that is gone already is no error."""
         try:
-            k8s.PolicyV1Api(self.api).delete_namespaced_pod_disruption_budget(
+            _finish(k8s.PolicyV1Api(self.api).delete_namespaced_pod_disruption_budget(
                 name, namespace, _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout))
+                _request_timeout=(self.request_timeout, self.request_timeout)))
         except k8s.ApiException as exc:
             if exc.status == 404:
                 return
