@@ -137,6 +137,15 @@ def _desired(view: RayClusterView) -> tuple[Any, ...]:
     return desired_budgets(view)
 
 
+def test_nothing_is_listed_or_written_before_the_cache_is_loaded() -> None:
+    world = World()
+    world.writer.check()
+    assert world.api.take() == []
+    world.upsert(cluster())
+    world.writer.check()
+    assert world.api.floors() == {HEAD: 1, BASE: 2}
+
+
 def test_an_unchanged_cluster_costs_no_call() -> None:
     world = World()
     world.upsert(cluster())
@@ -313,6 +322,22 @@ def eventually(probe: Any, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def test_the_thread_waits_for_the_cache_without_spinning(running: World) -> None:
+    calls = 0
+    check = running.writer.check
+
+    def counted() -> None:
+        nonlocal calls
+        calls += 1
+        check()
+
+    running.writer.check = counted  # type: ignore[method-assign]
+    time.sleep(0.5)
+    assert calls <= 1, "checked once at start, then asleep until a publish"
+    running.upsert(cluster())
+    assert eventually(lambda: running.api.floors() == {HEAD: 1, BASE: 2})
 
 
 def test_the_thread_follows_publishes_and_coalesces_a_burst(running: World) -> None:

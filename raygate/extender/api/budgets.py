@@ -167,8 +167,11 @@ class DisruptionBudgets:
                 log.exception("checking the disruption budgets failed")
                 self._stop.wait(self.backoff_maximum)
 
-    def _idle_seconds(self) -> float:
-        """Until the next retry or resync is due."""
+    def _idle_seconds(self) -> float | None:
+        """Until the next retry or resync is due; None: until woken (the cache is not
+        loaded yet, its first publish wakes the thread)."""
+        if not self.cache.ready:
+            return None
         now = self.clock()
         due = min((f.retry_at for f in self._failures.values()), default=self._resync_at)
         return max(min(due, self._resync_at) - now, 0.0)
@@ -177,6 +180,11 @@ class DisruptionBudgets:
     def check(self) -> None:
         """Bring the budgets of every RayCluster that changed since the last check (and
         of those whose retry is due) in line with the current snapshot."""
+        if not self.cache.ready:
+            # Until every kind is listed the snapshot is empty: a budget listed at start
+            # would look like a cluster's that is gone, and be forgotten (the list/watch
+            # source publishes nothing before; its first publish wakes the thread).
+            return
         now = self.clock()
         if now >= self._resync_at:
             self._memo, self._checked = None, None
