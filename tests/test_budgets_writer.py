@@ -245,7 +245,7 @@ def test_a_failed_write_is_counted_logged_once_and_retried_with_backoff(
     with caplog.at_level(logging.INFO, logger="raygate.budgets"):
         world.writer.check()
     assert world.api.floors()[BASE] == 3
-    assert any("written now" in r.getMessage() for r in caplog.records)
+    assert any("done now" in r.getMessage() for r in caplog.records)
 
 
 def test_a_failure_of_one_cluster_holds_up_no_other() -> None:

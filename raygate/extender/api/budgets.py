@@ -249,9 +249,11 @@ class DisruptionBudgets:
                 del memo[name]
                 self._written["deleted"].inc()
         except Exception as exc:
-            self._failed(key, what, exc, now, f"RayCluster {key[0]}/{key[1]}: budgets {what}")
+            self._failed(key, what, exc, now, f"writing the disruption budgets of RayCluster "
+                         f"{key[0]}/{key[1]} ({what})")
             return
-        self._succeeded(key, f"RayCluster {key[0]}/{key[1]}: budgets {what}")
+        self._succeeded(key, f"writing the disruption budgets of RayCluster {key[0]}/{key[1]} "
+                        f"({what})")
 
     def _failed(self, key: ClusterKey, state: str, exc: Exception, now: float,
                 subject: str) -> None:
@@ -261,16 +263,16 @@ class DisruptionBudgets:
         delay = min(self.backoff_initial * 2.0 ** min(attempts - 1, 64), self.backoff_maximum)
         logged = f"{state}: {exc}"
         if failure is None or failure.logged != logged:
-            log.warning("%s: not written (%s); trying again in %gs, then less often",
+            log.warning("%s failed: %s; trying again in %gs, then less often",
                         subject, exc, delay, extra=self._fields(key))
         else:
-            log.debug("%s: still not written (%s); next try in %gs", subject, exc, delay,
+            log.debug("%s failed again: %s; next try in %gs", subject, exc, delay,
                       extra=self._fields(key))
         self._failures[key] = _Failure(attempts, now + delay, logged)
 
     def _succeeded(self, key: ClusterKey, subject: str) -> None:
         if self._failures.pop(key, None) is not None:
-            log.info("%s: written now", subject, extra=self._fields(key))
+            log.info("%s: done now", subject, extra=self._fields(key))
 
     @staticmethod
     def _fields(key: ClusterKey) -> dict[str, str]:
