@@ -5,7 +5,8 @@ What runs, in order (every binary built by ``testbed.build`` from its Go module)
 - etcd;
 - kube-apiserver: generated certificates, RBAC, service-account tokens;
 - kube-controller-manager with only the controllers a cluster without kubelets needs
-  (service accounts, namespaces, garbage collection of pods whose owner is gone);
+  (service accounts, namespaces, garbage collection of objects whose owner is gone, the
+  PodDisruptionBudgets' status);
 - the manifests of ``deploy/kube-scheduler-second`` applied with the built kubectl:
   raygate's namespace, ServiceAccounts, RBAC and the scheduler's ConfigMap;
 - kube-scheduler as ``ray-scheduler`` with exactly the KubeSchedulerConfiguration of that
@@ -281,10 +282,13 @@ class Testbed:
             f"--authorization-kubeconfig={self.admin_kubeconfig}",
             "--bind-address=127.0.0.1", f"--secure-port={self.ports.controller_manager}",
             # The ServiceAccount admission plugin needs each namespace's `default`
-            # ServiceAccount; pods of a deleted RayCluster go with it; pods bound to a
-            # node that no longer exists are cleaned up.
+            # ServiceAccount; pods (and raygate's PodDisruptionBudgets) of a deleted
+            # RayCluster go with it; pods bound to a node that no longer exists are cleaned
+            # up; the disruption controller computes a budget's status, without which the
+            # Eviction API refuses every pod the budget selects ("still being processed").
             "--controllers=serviceaccount,serviceaccount-token,garbage-collector-controller,"
-            "namespace,root-ca-certificate-publisher-controller,pod-garbage-collector-controller",
+            "namespace,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,"
+            "disruption-controller",
             f"--service-account-private-key-file={self.pki.service_account_key}",
             f"--root-ca-file={self.pki.ca_cert}",
             "--leader-elect=false", "--v=1",

@@ -206,6 +206,15 @@ class RayClusterBuilder:
         self._obj["spec"]["workerGroupSpecs"].append(group)
         return self
 
+    def suspended(self, group: str | None = None) -> Self:
+        """``spec.suspend`` of the cluster, or of one worker group."""
+        if group is None:
+            self._obj["spec"]["suspend"] = True
+        for spec in self._obj["spec"]["workerGroupSpecs"]:
+            if spec["groupName"] == group:
+                spec["suspend"] = True
+        return self
+
     def obj(self) -> Obj:
         return copy.deepcopy(self._obj)
 

@@ -194,13 +194,17 @@ FOLLOWED = {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
             ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
 
 
-def test_raygate_reads_and_writes_only_pod_annotations() -> None:
-    """Read the kinds the cache follows, patch pods (the stale-refusal annotation), and
-    create the two reviews of --authz (which the API server answers and never stores):
-    nothing more."""
+def test_raygate_reads_and_writes_only_pod_annotations_and_its_budgets() -> None:
+    """Read the kinds the cache follows, patch pods (the stale-refusal annotation), keep
+    the floors' PodDisruptionBudgets (server-side apply: create and patch; list at
+    start; delete) and create the two reviews of --authz (which the API server answers
+    and never stores): nothing more — no get or watch on budgets, no update of
+    RayClusters' finalizers (blockOwnerDeletion is false)."""
     role = find(render(DEPLOY / "base"), "ClusterRole", "raygate")
     assert _grants(role) == {(g, r, v) for g, r in FOLLOWED for v in READ} | {
         ("", "pods", "patch"),
+        *{("policy", "poddisruptionbudgets", v) for v in ("list", "create", "patch",
+                                                          "delete")},
         ("authentication.k8s.io", "tokenreviews", "create"),
         ("authorization.k8s.io", "subjectaccessreviews", "create"),
     }

@@ -166,13 +166,16 @@ def test_one_debug_line_per_decision_and_never_a_pod(
     lines = _lines(stream.getvalue())
     decisions = [line for line in lines if line["level"] == "debug"
                  and line["logger"] in ("raygate.scheduler", "raygate.volcano")]
+    # preempt decides the preemptor's placement as filter does (it drops the nodes filter
+    # would refuse): a decision, so a line too.
     assert [d["message"].split(":")[0] for d in decisions] == [
-        "filter ray/b3", "prioritize ray/o2", "predicate ray/b4"]
+        "filter ray/b3", "prioritize ray/o2", "predicate ray/b4", "preempt ml/t"]
     # What each line is about, as fields of their own.
     assert [{k: d.get(k) for k in logs.FIELDS} for d in decisions] == [
         {"namespace": "ray", "pod": "b3", "raycluster": "rc", "verb": "scheduler/filter"},
         {"namespace": "ray", "pod": "o2", "raycluster": "rc", "verb": "scheduler/prioritize"},
-        {"namespace": "ray", "pod": "b4", "raycluster": "rc", "verb": "volcano/predicate"}]
+        {"namespace": "ray", "pod": "b4", "raycluster": "rc", "verb": "volcano/predicate"},
+        {"namespace": "ml", "pod": "t", "raycluster": None, "verb": "scheduler/preempt"}]
     (preempt,) = [line for line in lines if line["level"] == "info"
                   and line["message"].startswith("preempt ml/t on gpu-1: protected ['ray/b1 (")]
     assert {k: preempt.get(k) for k in logs.FIELDS} == {

@@ -303,7 +303,8 @@ def test_print_config_round_trips_and_names_origins(config: Path, tmp_path: Path
     document = yaml.safe_load(text)
     assert set(document) == {"server", "policy"}
     assert set(document["server"]) == {"httpAddr", "grpcAddr", "webhook", "tls", "authz",
-                                       "limits", "shutdown", "requeue", "log"}
+                                       "limits", "shutdown", "requeue", "disruptionBudgets",
+                                       "log"}
     lines = {line.split(":")[0].strip(): line for line in text.splitlines()
              if not line.startswith("#")}
     for key, origin in [("httpAddr", "# flag --http-addr"), ("mode", "# flag --authz"),

@@ -126,8 +126,11 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
     try:
         annotate = (transport.annotate_pod
                     if transport is not None and settings.requeue == "on" else None)
+        budgets = (transport if transport is not None and settings.disruption_budgets == "on"
+                   else None)
         server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
-                               webhook=webhook, authorizer=authorizer, annotate_pod=annotate)
+                               webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
+                               budget_api=budgets)
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
     if authorizer is not None:

@@ -17,6 +17,7 @@ import signal
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from raygate.extender.api.admission import AdmissionService, admission_routes
+from raygate.extender.api.budgets import BudgetApi, DisruptionBudgets
 from raygate.extender.api.explain import SERVICE_NAME as EXPLAIN_SERVICE
 from raygate.extender.api.explain import ExplainService, add_explain_service, explain_routes
 from raygate.extender.api.health import health_routes
@@ -164,10 +166,13 @@ class RaygateServer:
         authorizer: AccessGuard | None = None,
         cert_poll_seconds: float = CERT_POLL_SECONDS,
         annotate_pod: Annotate | None = None,
+        budget_api: BudgetApi | None = None,
     ) -> None:
         """``annotate_pod``: how to write a pod's annotation, for asking kube-scheduler to
         try a pod again whose refusal went stale; None: never asked (no cluster, or
-        ``requeue.staleRefusals: off``)."""
+        ``requeue.staleRefusals: off``). ``budget_api``: where the floors'
+        PodDisruptionBudgets are written; None: none are (no cluster, or
+        ``disruptionBudgets: off``)."""
         self.cache = cache
         self.settings = settings
         self.http_sock = http_sock
@@ -184,6 +189,8 @@ class RaygateServer:
         self.stale_refusals = None if annotate_pod is None else StaleRefusals(
             cache, self.scheduler.clock, annotate_pod, self.metrics)
         self.scheduler.stale_refusals = self.stale_refusals
+        self.budgets = None if budget_api is None else DisruptionBudgets(
+            cache, budget_api, self.metrics, time.monotonic)
         self.started = asyncio.Event()
         # The admission status reads the scheduler's clock: one notion of `now`.
         self.admission = AdmissionService(cache, self.scheduler.clock)
@@ -250,6 +257,8 @@ class RaygateServer:
         self.admission.attach(loop)
         if self.stale_refusals is not None:
             self.stale_refusals.attach(loop)
+        if self.budgets is not None:
+            self.budgets.start()
         await grpc_server.start()
 
         async def set_health() -> None:
@@ -287,6 +296,8 @@ class RaygateServer:
             self.admission.close()
             if self.stale_refusals is not None:
                 self.stale_refusals.close()
+            if self.budgets is not None:
+                self.budgets.close()
             if self._shutdown is not None:
                 await self._shutdown  # the gRPC server's own grace
             else:  # the HTTP server ended without stop(): a failure, nothing to drain

@@ -105,6 +105,11 @@ class ServeSettings:
     requeue: str = "on"
     """on | off: annotate a pending pod whose refusal of GPU nodes a later snapshot
     reverses, so kube-scheduler tries it again (needs ``patch`` on pods)."""
+    disruption_budgets: str = "on"
+    """on | off: keep a PodDisruptionBudget per RayCluster floor (each group's and the
+    head's), so evictions (drains, node autoscalers, the descheduler) and kube-scheduler's
+    own preemption keep the floor too (needs create, patch, list and delete on
+    poddisruptionbudgets). Never written with ``--demo`` or snapshots: no cluster."""
 
     log_level: str = "info"
     """debug | info | warning | error; debug is one line per scheduling decision."""
@@ -280,6 +285,11 @@ SETTINGS: tuple[Setting, ...] = (
              "annotate a pending pod when a later snapshot reverses filter's refusal of GPU "
              "nodes (its group's floor filled meanwhile), so kube-scheduler tries it again; "
              "needs patch on pods", choices=("on", "off")),
+    _setting("disruption_budgets", "disruptionBudgets", _on_off,
+             "keep a PodDisruptionBudget per RayCluster floor (each group's and the head's), "
+             "so drains, node autoscalers, the descheduler and kube-scheduler's own "
+             "preemption keep it too; needs create, patch, list and delete on "
+             "poddisruptionbudgets", choices=("on", "off")),
     _setting("log_level", "log.level", _choice(LOG_LEVELS), "", choices=LOG_LEVELS),
     _setting("log_format", "log.format", _choice(LOG_FORMATS),
              "json: one JSON object a line; text: for people; auto: text on a terminal, "

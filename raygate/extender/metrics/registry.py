@@ -272,10 +272,18 @@ class Metrics:
             "that refused and result: patched, or failed (logged; the pod waits for the next "
             "cluster event or kube-scheduler's periodic flush).",
             ["rule", "result"])
+        self.disruption_budget_writes = _Counter(
+            "raygate_disruption_budget_writes",
+            "Writes of the PodDisruptionBudgets that keep each RayCluster's floor, by "
+            "result: applied (server-side apply of a budget that changed), deleted (a "
+            "budget no floor needs any more), failed (logged; that RayCluster is tried "
+            "again with a backoff).",
+            ["result"])
         r.register(_Families([
             self.request_seconds, self.requests, self.request_errors, self.decisions,
             self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open,
-            self.requests_timed_out, self.decision_reuse, self.requeue_nudges]))
+            self.requests_timed_out, self.decision_reuse, self.requeue_nudges,
+            self.disruption_budget_writes]))
         # The standard process_* and python_* families, under the names every dashboard
         # and alert for a Python service already uses; on this registry, as the default
         # one is never served.
