@@ -181,8 +181,8 @@ CASES = [
          {"gpu-1": [uid("job", "ml")]}, {"gpu-1": [uid("job", "ml")]},
          preemptor=make_pod("extra", "ml").ray("rc2", "extra").requests(cpu="2")
          .priority(1000).obj()),
-    Case("a refused preemptor on a node raygate never saw passes through (fail open)",
-         [], {"node-x": ["a"]}, {"node-x": ["a"]}, preemptor=FLOOR_PREEMPTOR),
+    Case("a preemptor kept off GPU nodes evicts nothing on a node raygate never saw",
+         [], {"node-x": ["a"]}, {}, preemptor=FLOOR_PREEMPTOR),
 ]
 
 def _meta_body(proposed: dict[str, list[str]], pdb: dict[str, int],

@@ -56,8 +56,11 @@ class Explanation:
 def _node(name: str, view_node: NodeView | None, decision: Decision,
           config: PolicyConfig) -> NodeExplanation:
     if view_node is None:
+        reason = "raygate does not know this node" + (
+            "; preempt drops it: it cannot tell it is no GPU node"
+            if decision.refuses_gpu_nodes else "")
         return NodeExplanation(name, "unknown", "not in raygate's cache: passes (fail open)",
-                               True, "", "raygate does not know this node", None)
+                               True, "", reason, None)
     why_gpu = gpu_node_reason(view_node, config)
     is_gpu = why_gpu is not None
     node_class, class_reason = ("gpu", why_gpu) if why_gpu else (

@@ -140,7 +140,7 @@ def select_victims(
     refuse the preemptor is dropped whatever its victims: kube-scheduler's dry run runs
     only its own plugins, so a GPU node full with a GPU pod is a candidate for a CPU-only
     floor worker, and agreeing would evict the GPU pod for room the next cycle's filter
-    refuses. A node raygate has never seen passes, as in filter (fail open).
+    refuses. A node raygate has never seen is dropped too for such a preemptor (``_refused``).
 
     Protected pods (floor, head, ``volcano.sh/preemptable: "false"``) are removed. If the
     preemptor then no longer fits on the node — allocatable minus the requests of every
@@ -164,8 +164,16 @@ def select_victims(
 
 
 def _refused(candidate: Candidate, view: ClusterView, decision: Decision) -> NodeOutcome | None:
-    """The node dropped, when filter refuses it to the preemptor; else None."""
-    refusal = decision.refusal(bool(view.is_gpu_node(candidate.node_name)))
+    """The node dropped, when filter refuses it to the preemptor; else None.
+
+    A node raygate has not seen yet passes filter (fail open: kube-scheduler knows it), but
+    not here when the preemptor is kept off GPU nodes: raygate cannot tell it is not one,
+    and an eviction cannot be taken back. The preemptor tries again once raygate knows."""
+    is_gpu = view.is_gpu_node(candidate.node_name)
+    if is_gpu is None and decision.refuses_gpu_nodes:
+        return NodeOutcome(candidate.node_name, dropped="node unknown to raygate, and the "
+                           "preemptor may not use GPU nodes: no eviction it cannot vouch for")
+    refusal = decision.refusal(bool(is_gpu))
     if refusal is None:
         return None
     return NodeOutcome(candidate.node_name, refused=True,
