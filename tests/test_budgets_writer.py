@@ -417,3 +417,19 @@ def test_serve_writes_budgets_only_when_on(setting: str, writes: bool) -> None:
                      Transport())  # type: ignore[arg-type]
     server.http_sock.close()
     assert (server.budgets is not None) is writes
+
+
+def test_while_the_list_fails_the_thread_waits_for_its_retry_not_a_clusters() -> None:
+    """A cluster's retry falls due while the resync's list keeps failing: nothing can be
+    written before the list, so the thread waits for the list's retry (it used to wait 0 s,
+    again and again: a core spun for the whole outage)."""
+    world = World()
+    world.upsert(cluster())
+    world.writer.check()  # listed and applied
+    world.api.failure = OSError("API down")
+    world.upsert(cluster(floor=3))
+    world.writer.check()  # the apply fails: the cluster's retry in 1 s
+    world.clock.now += world.writer.resync_seconds  # the resync forgets the memo...
+    world.writer.check()  # ...and its list fails: the cluster's retry is long past due
+    idle = world.writer._idle_seconds()
+    assert idle is not None and idle > 0

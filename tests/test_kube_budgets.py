@@ -124,3 +124,20 @@ def test_list_reads_names_and_clusters_across_namespaces(
     [seen] = recorder.seen
     assert seen.path == "/apis/policy/v1/poddisruptionbudgets"
     assert seen.query == {"labelSelector": ["app.kubernetes.io/managed-by=raygate"]}
+
+
+def test_a_pod_annotation_is_a_strategic_merge_patch_with_its_uid(
+        api: tuple[Recorder, KubeTransport]) -> None:
+    """The stale-refusal ask (``raygate.extender.api.requeue``): one PATCH of the pod,
+    its UID in the body as a precondition, said as a strategic merge patch; a refusal is
+    raygate's error."""
+    recorder, transport = api
+    transport.annotate_pod("ray", "w-1", "uid-1", {"raygate.io/reconsidered": "t"})
+    seen = recorder.seen[-1]
+    assert (seen.method, seen.path) == ("PATCH", "/api/v1/namespaces/ray/pods/w-1")
+    assert seen.content_type == "application/strategic-merge-patch+json"
+    assert seen.body == {"metadata": {"uid": "uid-1",
+                                      "annotations": {"raygate.io/reconsidered": "t"}}}
+    recorder.status = 422
+    with pytest.raises(Exception, match="422"):
+        transport.annotate_pod("ray", "w-1", "uid-0", {"raygate.io/reconsidered": "t"})

@@ -225,6 +225,17 @@ def test_victims_never_on_a_node_the_predicate_refuses_the_evictor(
     assert [v["Name"] for v in reply.json()["victims"]] == kept
 
 
+def test_victims_never_on_a_node_raygate_does_not_know_for_an_evictor_kept_off_gpus(
+    server: ServerThread, client: httpx.Client
+) -> None:
+    server.publish(CPU, GPU, CLUSTER)
+    unknown = make_pod("web", "ml").on("node-x").obj()
+    reply = victims(client, "preemptable", base("b9").priority(1000).obj(), [task_info(unknown)])
+    assert reply.json() == {"status": 1, "victims": []}
+    reply = victims(client, "preemptable", over("o9").priority(1000).obj(), [task_info(unknown)])
+    assert [v["Name"] for v in reply.json()["victims"]] == ["web"]
+
+
 def test_victims_abstain_when_nothing_concerns_raygate(client: httpx.Client) -> None:
     reply = victims(client, "reclaimable", TRAINER,
                     [task_info(make_pod("web", "default").on("cpu-1").obj())])

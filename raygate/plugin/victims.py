@@ -163,21 +163,28 @@ def select_victims(
     return outcomes
 
 
-def _refused(candidate: Candidate, view: ClusterView, decision: Decision) -> NodeOutcome | None:
-    """The node dropped, when filter refuses it to the preemptor; else None.
-
-    A node raygate has not seen yet passes filter (fail open: kube-scheduler knows it), but
-    not here when the preemptor is kept off GPU nodes: raygate cannot tell it is not one,
-    and an eviction cannot be taken back. The preemptor tries again once raygate knows."""
-    is_gpu = view.is_gpu_node(candidate.node_name)
+def _refused_node(node_name: str, view: ClusterView, decision: Decision) -> str:
+    """Why no pod may be evicted from ``node_name`` for a pod placed by ``decision``, or
+    "": filter refuses it the node. A node raygate has not seen yet passes filter (fail
+    open: the scheduler knows it), but not here when the pod is kept off GPU nodes: raygate
+    cannot tell it is not one, and an eviction cannot be taken back. The pod tries again
+    once raygate knows the node."""
+    is_gpu = view.is_gpu_node(node_name)
     if is_gpu is None and decision.refuses_gpu_nodes:
-        return NodeOutcome(candidate.node_name, dropped="node unknown to raygate, and the "
-                           "preemptor may not use GPU nodes: no eviction it cannot vouch for")
+        return ("node unknown to raygate, and the preemptor may not use GPU nodes: no "
+                "eviction it cannot vouch for")
     refusal = decision.refusal(bool(is_gpu))
-    if refusal is None:
+    return "" if refusal is None else f"filter refuses this node to the preemptor ({refusal})"
+
+
+def _refused(candidate: Candidate, view: ClusterView, decision: Decision) -> NodeOutcome | None:
+    """The node dropped, when ``_refused_node`` says so; else None."""
+    why = _refused_node(candidate.node_name, view, decision)
+    if not why:
         return None
-    return NodeOutcome(candidate.node_name, refused=True,
-                       dropped=f"filter refuses this node to the preemptor ({refusal})")
+    # Counted as refused by filter's rule only for a known GPU node.
+    return NodeOutcome(candidate.node_name, dropped=why,
+                       refused=bool(view.is_gpu_node(candidate.node_name)))
 
 
 def _one_node(
@@ -305,9 +312,7 @@ def volcano_victims(
         role = roles.of(pod)
         why = protection(pod, role)
         if not why and decision is not None:
-            refusal = decision.refusal(bool(view.is_gpu_node(pod.node_name)))
-            if refusal is not None:
-                why = f"on a node the evictor may not use ({refusal})"
+            why = _refused_node(pod.node_name, view, decision)
         if why:
             vote.removed.append((pod.ref, why))
         elif role is Role.SURPLUS and view.is_gpu_node(pod.node_name):

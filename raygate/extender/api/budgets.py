@@ -173,6 +173,12 @@ class DisruptionBudgets:
         if not self.cache.ready:
             return None
         now = self.clock()
+        if self._memo is None:
+            # Nothing is written before the list: only its own retry can be due (another
+            # cluster's due retry would wake the thread to a check that lists nothing, at
+            # once and again, for as long as the list keeps failing).
+            seed = self._failures.get(_SEED)
+            return 0.0 if seed is None else max(seed.retry_at - now, 0.0)
         due = min((f.retry_at for f in self._failures.values()), default=self._resync_at)
         return max(min(due, self._resync_at) - now, 0.0)
 
@@ -234,7 +240,9 @@ class DisruptionBudgets:
             self._memo.pop(key, None)
             self._failures.pop(key, None)
             return
-        desired = {} if not view.uid else {b.name: b for b in desired_budgets(view)}
+        if not view.uid:
+            return  # no owner to give a budget, and no reason to take one away
+        desired = {b.name: b for b in desired_budgets(view)}
         memo = self._memo.setdefault(key, {})
         what = ", ".join(f"{b.name} minAvailable {b.min_available}"
                          for b in desired.values()) or "none"

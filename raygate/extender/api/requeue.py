@@ -29,8 +29,8 @@ import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from raygate.extender.api.admission_state import rfc3339
 from raygate.extender.logs import about
 from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state.cache import ClusterCache
@@ -43,7 +43,7 @@ __all__ = ["ANNOTATION", "Annotate", "StaleRefusals"]
 log = logging.getLogger("raygate.requeue")
 
 ANNOTATION = "raygate.io/reconsidered"
-"""Set to the time raygate found a pod's refusal stale (RFC 3339)."""
+"""Set to the time raygate found a pod's refusal stale (RFC 3339, microseconds)."""
 
 Annotate = Callable[[str, str, str, Mapping[str, str]], None]
 """``(namespace, name, uid, annotations)``: set them on that pod, or raise."""
@@ -76,6 +76,7 @@ class StaleRefusals:
         self._timer: asyncio.TimerHandle | None = None
         self._remove_listener: Callable[[], None] | None = None
         self._patching = ThreadPoolExecutor(max_workers=2, thread_name_prefix="raygate-requeue")
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._refused)
@@ -105,6 +106,7 @@ class StaleRefusals:
         self._remove_listener = self.cache.add_listener(on_publish)
 
     def close(self) -> None:
+        self._closed = True  # a wake already queued on the loop finds it
         if self._remove_listener is not None:
             self._remove_listener()
             self._remove_listener = None
@@ -114,7 +116,8 @@ class StaleRefusals:
         self._patching.shutdown(wait=False, cancel_futures=True)
 
     def _wake(self, delay: float) -> None:
-        if self._loop is None or self._timer is not None or not self._refused:
+        if (self._loop is None or self._closed or self._timer is not None
+                or not self._refused):
             return
         self._timer = self._loop.call_later(delay, self.check)
 
@@ -123,6 +126,8 @@ class StaleRefusals:
         """Decide every remembered pod whose RayCluster changed (or whose decision read the
         clock) again; patch those no longer refused. Returns them."""
         self._timer = None
+        if self._closed:
+            return []
         snap = self.cache.snapshot
         changes = None if self._checked is None else self.cache.changes_between(
             self._checked, snap)
@@ -164,7 +169,9 @@ class StaleRefusals:
         failed = self.metrics.requeue_nudges.labels(rule.value, "failed")
         future = self._loop.run_in_executor(
             self._patching, self.annotate, pod.namespace, pod.name, pod.uid,
-            {ANNOTATION: rfc3339(now) or ""})
+            # To the microsecond: a second ask within a second must still change the pod
+            # (an unchanged pod makes no event).
+            {ANNOTATION: datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds")})
 
         def done(finished: asyncio.Future[None]) -> None:  # on the loop
             error = None if finished.cancelled() else finished.exception()

@@ -323,13 +323,18 @@ class KubeTransport:
 
     def annotate_pod(self, namespace: str, name: str, uid: str,
                      annotations: Mapping[str, str]) -> None:
-        """Set ``annotations`` on a pod, if it is still the pod ``uid`` (the UID in the
-        patch is a precondition: a pod made anew under the same name answers 409)."""
+        """Set ``annotations`` on a pod, if it is still the pod ``uid``: the UID in the
+        patch is a precondition (a pod made anew under the same name answers 422, as
+        ``metadata.uid`` cannot change; one that is gone, 404). A strategic merge patch,
+        said so: the client's default for a patch is a JSON Patch, which a dict is not.
+        Bounded at 5 s: a stale refusal is asked again once, and a shutdown waits for it."""
         body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
         try:
-            k8s.CoreV1Api(self.api).patch_namespaced_pod(
+            _finish(k8s.CoreV1Api(self.api).patch_namespaced_pod(
                 name, namespace, body, _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout))
+                _content_type="application/strategic-merge-patch+json",
+                _request_timeout=(min(self.request_timeout, 5.0),
+                                  min(self.request_timeout, 5.0))))
         except k8s.ApiException as exc:
             raise TransportError(f"PATCH pod {namespace}/{name}: {exc.status} {exc.reason}"
                                  ) from None
