@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import urllib3
@@ -49,8 +48,8 @@ from raygate.extender.kube.transport import (
     WatchSettings,
     api_error,
 )
+from raygate.extender.kube.writes import Writes
 from raygate.extender.wire import DECODE_ERRORS, kube
-from raygate.plugin.budgets import LABEL_RAYCLUSTER
 
 __all__ = [
     "ClusterConfigError",
@@ -63,8 +62,6 @@ __all__ = [
 log = logging.getLogger("raygate.kube")
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
-FIELD_MANAGER = "raygate"
-"""The field manager of raygate's server-side applies."""
 
 
 class NoClusterConfig(Exception):
@@ -161,43 +158,6 @@ def _error_from(response: urllib3.BaseHTTPResponse) -> Exception:
     return api_error(response.status, status.reason or (response.reason or ""), status.message)
 
 
-class _BudgetItem(msgspec.Struct):
-    metadata: kube.ObjectMeta = msgspec.field(default_factory=kube.ObjectMeta)
-
-
-class _BudgetList(msgspec.Struct):
-    items: list[_BudgetItem] | None = None
-
-
-_BUDGET_LIST = msgspec.json.Decoder(_BudgetList)
-
-
-def _finish(response: object) -> None:
-    """Read a reply raygate does not use, so its connection goes back to the pool (with
-    ``_preload_content=False`` the client returns urllib3's response, whatever its type
-    hints say)."""
-    if not isinstance(response, urllib3.BaseHTTPResponse):
-        return
-    try:
-        _ = response.data
-    finally:
-        response.release_conn()
-
-
-def _api_failure(exc: k8s.ApiException, what: str) -> Exception:
-    """The API server's refusal (403, 422, ...) as an ``ApiError`` with its message."""
-    body = exc.body if isinstance(exc.body, bytes | str) else b""
-    try:
-        status = STATUS.decode(body)
-    except DECODE_ERRORS:
-        status = kube.Status()
-    code = exc.status if isinstance(exc.status, int) else 0
-    if code == 0:  # the client's wrapper of a failure below HTTP
-        return TransportError(f"{what}: {exc.reason}")
-    return api_error(code, status.reason or str(exc.reason or ""),
-                     f"{what}: {status.message or ''}")
-
-
 # --- the transport ----------------------------------------------------------------------
 
 
@@ -256,7 +216,7 @@ class _Stream:
             self.response.shutdown()
 
 
-class KubeTransport:
+class KubeTransport(Writes):
     """``raygate.extender.kube.watch.Transport`` over the ``kubernetes`` client's REST layer."""
 
     def __init__(self, connection: Connection, settings: WatchSettings | None = None) -> None:
@@ -320,71 +280,6 @@ class KubeTransport:
         """One GET of ``path`` (raw JSON), for callers outside the watch loop."""
         response = self._get(path, query, (self.request_timeout, self.request_timeout))
         return self._read(response, f"GET {path}")
-
-    def annotate_pod(self, namespace: str, name: str, uid: str,
-                     annotations: Mapping[str, str]) -> None:
-        """Set ``annotations`` on a pod, if it is still the pod ``uid``: the UID in the
-        patch is a precondition (a pod made anew under the same name answers 422, as
-        ``metadata.uid`` cannot change; one that is gone, 404). A strategic merge patch,
-        said so: the client's default for a patch is a JSON Patch, which a dict is not.
-        Bounded at 5 s: a stale refusal is asked again once, and a shutdown waits for it."""
-        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
-        try:
-            _finish(k8s.CoreV1Api(self.api).patch_namespaced_pod(
-                name, namespace, body, _preload_content=False,
-                _content_type="application/strategic-merge-patch+json",
-                _request_timeout=(min(self.request_timeout, 5.0),
-                                  min(self.request_timeout, 5.0))))
-        except k8s.ApiException as exc:
-            raise TransportError(f"PATCH pod {namespace}/{name}: {exc.status} {exc.reason}"
-                                 ) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"PATCH pod {namespace}/{name}: {exc}") from None
-
-    # --- PodDisruptionBudgets (raygate.extender.api.budgets) ------------------------------
-
-    def apply_budget(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-        """Server-side apply of a PodDisruptionBudget, as field manager ``raygate``, forced:
-        raygate owns every field it sets, so two replicas applying the same object
-        converge on it, and a field another manager took is taken back."""
-        try:
-            _finish(k8s.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget(
-                name, namespace, dict(body), field_manager=FIELD_MANAGER, force=True,
-                _content_type="application/apply-patch+yaml", _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout)))
-        except k8s.ApiException as exc:
-            raise _api_failure(exc, f"APPLY poddisruptionbudget {namespace}/{name}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"APPLY poddisruptionbudget {namespace}/{name}: {exc}"
-                                 ) from None
-
-    def delete_budget(self, namespace: str, name: str) -> None:
-        """Delete a PodDisruptionBudget; one that is gone already is no error."""
-        try:
-            _finish(k8s.PolicyV1Api(self.api).delete_namespaced_pod_disruption_budget(
-                name, namespace, _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout)))
-        except k8s.ApiException as exc:
-            if exc.status == 404:
-                return
-            raise _api_failure(exc, f"DELETE poddisruptionbudget {namespace}/{name}"
-                               ) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"DELETE poddisruptionbudget {namespace}/{name}: {exc}"
-                                 ) from None
-
-    def list_budgets(self, label_selector: str) -> list[tuple[str, str, str]]:
-        """``(namespace, name, raygate.io/raycluster label)`` of every
-        PodDisruptionBudget ``label_selector`` selects, in every namespace."""
-        query = [("labelSelector", label_selector)]
-        data = self.get("/apis/policy/v1/poddisruptionbudgets", query)
-        try:
-            listing = _BUDGET_LIST.decode(data)
-        except DECODE_ERRORS as exc:
-            raise TransportError(f"LIST poddisruptionbudgets: not a list: {exc}") from None
-        return [(item.metadata.namespace, item.metadata.name,
-                 (item.metadata.labels or {}).get(LABEL_RAYCLUSTER, ""))
-                for item in listing.items or ()]
 
     def discover(self, group_version: str) -> frozenset[str] | None:
         # Discovery is readable by every authenticated client (the system:discovery
