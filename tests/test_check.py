@@ -21,7 +21,8 @@ from raygate.extender.check.inputs import DEFAULT_MAX_BYTES
 from raygate.extender.check.report import EXIT_CLEAN, EXIT_FOUND, EXIT_NOTHING, EXIT_UNUSABLE
 from raygate.extender.cli import main
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.lint import RULES, ClusterFacts, Severity, lint
+from raygate.plugin.lint import RULES, lint
+from raygate.plugin.lint_model import ClusterFacts, Severity
 from tests.builders import Obj, make_raycluster
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
 """``raygate check``: RayCluster configurations that silently break gang preemption
-(RG0xx), and what is wrong with a manifest itself (RG1xx).
+(RG0xx); what is wrong with a manifest itself (RG1xx) is ``raygate.plugin.manifest``'s.
 
 Each rule is a small pure function from a RayCluster (and, when live, what raygate sees of
 the cluster) to findings with a stable ID, a severity, the field path and a one-line fix.
@@ -8,33 +8,21 @@ The background: how KubeRay sizes Volcano's PodGroup (``minMember``, ``minResour
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Callable, Mapping, Sequence
 
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.lint_model import (
+    ClusterFacts,
+    Finding,
+    GroupSpec,
+    HeadSpec,
+    LintCluster,
+    Severity,
+    Toleration,
+)
 from raygate.plugin.quantity import parse_milli
 
-__all__ = [
-    "RAY_KINDS",
-    "RULES",
-    "ClusterFacts",
-    "Finding",
-    "GroupSpec",
-    "HeadSpec",
-    "LintCluster",
-    "Severity",
-    "closest",
-    "did_you_mean",
-    "field_path",
-    "lint",
-    "not_an_object",
-    "not_parsed",
-    "object_ref",
-    "recognise",
-    "schema_violation",
-]
+__all__ = ["RULES", "lint"]
 
 # KubeRay's autoscaler sidecar when autoscalerOptions.resources is unset (requests = limits).
 DEFAULT_AUTOSCALER_CPU = parse_milli("500m")
@@ -45,16 +33,6 @@ IGNORE_ANNOTATION = "raygate.io/check-ignore"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-# Where each kind KubeRay serves keeps the RayCluster spec it runs (its Go types' JSON
-# names: RayJobSpec.RayClusterSpec is `rayClusterSpec`, RayServiceSpec's `rayClusterConfig`,
-# RayCronJobSpec.JobTemplate a RayJobSpec).
-RAY_KINDS: Mapping[str, tuple[str, ...]] = {
-    "RayCluster": ("spec",),
-    "RayJob": ("spec", "rayClusterSpec"),
-    "RayService": ("spec", "rayClusterConfig"),
-    "RayCronJob": ("spec", "jobTemplate", "rayClusterSpec"),
-}
-RAY_API_VERSION = "ray.io/v1"
 # Kueue manages an autoscaled RayCluster only as an elastic job (docs/deploy.md).
 KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 # Node labels only nodes with an accelerator carry (GKE sets them from the node pool's
@@ -64,88 +42,6 @@ GPU_ONLY_NODE_LABELS = ("cloud.google.com/gke-accelerator",
                         "cloud.google.com/gke-tpu-accelerator", "nvidia.com/gpu.product")
 # KubeRay's CRD default for an unset maxReplicas (math.MaxInt32).
 CRD_MAX_REPLICAS = 2147483647
-
-
-class Severity(Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"
-    effect: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSpec:
-    """A worker group as written in the manifest (``None``: the field is absent)."""
-
-    index: int
-    name: str | None
-    replicas: int | None = None
-    min_replicas: int | None = None
-    max_replicas: int | None = None
-    num_of_hosts: int | None = None
-    resources: Mapping[str, int] = field(default_factory=dict)
-    """Requests or limits of the template's containers, summed (milli-units)."""
-    tolerations: tuple[Toleration, ...] = ()
-    scheduler_name: str = ""
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class HeadSpec:
-    """The head group's pod template, as far as the rules read it."""
-
-    resources: Mapping[str, int] = field(default_factory=dict)
-    tolerations: tuple[Toleration, ...] = ()
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class LintCluster:
-    namespace: str
-    name: str
-    autoscaling: bool
-    groups: tuple[GroupSpec, ...]
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    head_scheduler_name: str = ""
-    autoscaler_requests: Mapping[str, int] | None = None
-    """``autoscalerOptions.resources.requests``, None when unset (KubeRay's default)."""
-    kind: str = "RayCluster"
-    """The object written: a RayCluster, or a RayJob or RayService embedding its spec
-    (KubeRay copies their labels and annotations to the RayCluster it creates)."""
-    spec_path: str = "spec"
-    """Where the RayCluster's spec is in that object (``RAY_KINDS``)."""
-    head: HeadSpec = field(default_factory=HeadSpec)
-    generate_name: str = ""
-
-    @property
-    def ref(self) -> str:
-        return object_ref(self.kind, self.namespace, self.name, self.generate_name)
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterFacts:
-    """What raygate sees of the live cluster; None offline."""
-
-    gpu_nodes: int
-    volcano_installed: bool
-    kueue_installed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    id: str
-    severity: Severity
-    object: str
-    path: str
-    message: str
-    fix: str
 
 
 LintRule = Callable[[LintCluster, ClusterFacts | None, PolicyConfig], list[Finding]]
@@ -475,92 +371,3 @@ def lint(
         out.extend(f for rule in RULES for f in rule(cluster, facts, config)
                    if f.id not in ignored)
     return out
-
-
-# The manifest itself (RG1xx): what `kubectl apply` or KubeRay would refuse, and inputs with
-# nothing to check. The reading and the schema are the caller's; the words are here.
-
-def closest(word: str, choices: Collection[str]) -> str | None:
-    """The one of ``choices`` ``word`` is most likely a typo of (case aside), if any."""
-    by_lower = {c.lower(): c for c in choices}
-    close = difflib.get_close_matches(word.lower(), by_lower, n=1, cutoff=0.8)
-    return by_lower[close[0]] if close else None
-
-
-def did_you_mean(word: str, choices: Collection[str]) -> str:
-    """`` (did you mean 'X'?)`` for the closest of ``choices``, or ''."""
-    match = closest(word, choices)
-    return f" (did you mean {match!r}?)" if match else ""
-
-
-def object_ref(kind: str, namespace: str, name: str, generate_name: str = "") -> str:
-    """``RayJob ray/train``; an object named by the API server from its ``generateName``
-    shows that prefix: ``RayJob ray/train-<generated>``."""
-    name = name or (f"{generate_name}<generated>" if generate_name else "")
-    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}".rstrip()
-
-
-def field_path(parts: Sequence[str | int]) -> str:
-    """``spec.workerGroupSpecs[0].minReplicas`` from its keys and indexes."""
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
-    return out
-
-
-def not_parsed(message: str) -> Finding:
-    return Finding("RG101", Severity.ERROR, "", "", f"not valid YAML or JSON: {message}",
-                   "fix the syntax (the documents before and after it are checked)")
-
-
-def _shortened(text: str, length: int = 60) -> str:
-    return text if len(text) <= length else f"{text[:length - 1]}…"
-
-
-def not_an_object(value: object) -> Finding:
-    what = {str: "string", list: "list", int: "number", float: "number", bool: "boolean"}.get(
-        type(value), type(value).__name__)
-    return Finding("RG102", Severity.ERROR, "", "",
-                   f"a {what}, not a Kubernetes object: {_shortened(repr(value))}",
-                   "give each document an apiVersion, a kind, metadata and a spec")
-
-
-def recognise(kind: object, api_version: object, ref: str) -> tuple[str | None, list[Finding]]:
-    """Which of ``RAY_KINDS`` a document is (None: not one to check), and what is wrong
-    with its kind or apiVersion: a misspelled kind, an unknown ``ray.io`` kind, a Ray kind
-    under another group. Another group's kind is someone else's object, whatever its name
-    (a ``v1`` Service, a ``batch/v1`` CronJob, Cluster API's Cluster): only a ``ray.io``
-    kind, or one that starts with "Ray", is read as a misspelled Ray kind."""
-    if not isinstance(kind, str) or not kind or not isinstance(api_version, str):
-        return None, [Finding("RG102", Severity.ERROR, ref, "kind" if not kind else "apiVersion",
-                              "no kind or apiVersion: not a Kubernetes object",
-                              f"set apiVersion: {RAY_API_VERSION} and kind: RayCluster")]
-    group = api_version.partition("/")[0] if "/" in api_version else ""
-    if kind in RAY_KINDS:
-        if api_version == RAY_API_VERSION:
-            return kind, []
-        if group == "ray.io":
-            return kind, [Finding(
-                "RG103", Severity.WARNING, ref, "apiVersion",
-                f"{api_version} is not KubeRay's current version; checked as {RAY_API_VERSION}",
-                f"use apiVersion: {RAY_API_VERSION}")]
-        return None, [Finding(
-            "RG103", Severity.ERROR, ref, "apiVersion",
-            f"{kind} is served as {RAY_API_VERSION}, not {api_version}: the API server has no "
-            f"{kind} there", f"use apiVersion: {RAY_API_VERSION}")]
-    match = closest(kind, RAY_KINDS)
-    if group == "ray.io" or (match and kind.lower().startswith("ray")):
-        return None, [Finding(
-            "RG103", Severity.ERROR, ref, "kind",
-            f"unknown kind {kind!r}{did_you_mean(kind, RAY_KINDS)}: KubeRay serves "
-            f"{', '.join(RAY_KINDS)}", f"use kind: {match or 'RayCluster'}")]
-    return None, []  # someone else's object: a Service, a ConfigMap, a Deployment, ...
-
-
-def schema_violation(ref: str, kind: str, path: Sequence[str | int], message: str) -> Finding:
-    """A field KubeRay's CRD refuses (or the API server would drop as unknown)."""
-    explain = ".".join([kind.lower(), *(p for p in path if isinstance(p, str))])
-    if message.startswith("unknown field"):
-        explain = explain.rpartition(".")[0]
-    return Finding("RG105", Severity.ERROR, ref, field_path(path), message,
-                   f"see `kubectl explain {explain}` (KubeRay's CRD)")

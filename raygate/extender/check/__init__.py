@@ -34,16 +34,9 @@ from raygate.extender.wire import kube
 from raygate.extender.wire.raycluster import RayClusterManifest
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.lint import (
-    ClusterFacts,
-    Finding,
-    LintCluster,
-    lint,
-    not_an_object,
-    not_parsed,
-    object_ref,
-    recognise,
-)
+from raygate.plugin.lint import lint
+from raygate.plugin.lint_model import ClusterFacts, Finding, LintCluster, object_ref
+from raygate.plugin.manifest import not_an_object, not_parsed, recognise
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_VERSION", "VERSIONS", "check_files", "lint_cluster",
            "live_inputs", "parse_size", "run_check"]

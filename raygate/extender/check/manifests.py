@@ -16,18 +16,16 @@ from raygate.extender.check import schema
 from raygate.extender.state import convert
 from raygate.extender.wire.raycluster import PodSpec, RayClusterManifest
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.lint import (
-    RAY_KINDS,
+from raygate.plugin.lint import lint
+from raygate.plugin.lint_model import (
     Finding,
     GroupSpec,
     HeadSpec,
     LintCluster,
     Severity,
     Toleration,
-    field_path,
-    lint,
-    schema_violation,
 )
+from raygate.plugin.manifest import RAY_KINDS, field_path, schema_violation
 
 __all__ = ["check_object", "lint_cluster"]
 

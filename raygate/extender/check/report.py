@@ -9,7 +9,8 @@ from typing import TextIO
 import msgspec
 
 from raygate.extender.check import schema
-from raygate.plugin.lint import RAY_KINDS, Finding, LintCluster, Severity
+from raygate.plugin.lint_model import Finding, LintCluster, Severity
+from raygate.plugin.manifest import RAY_KINDS
 
 __all__ = ["EXIT_CLEAN", "EXIT_FOUND", "EXIT_NOTHING", "EXIT_UNUSABLE", "Located", "Report",
            "render"]
