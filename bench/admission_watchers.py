@@ -125,7 +125,8 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     import msgspec
     import uvloop
 
-    from raygate.extender.server import RaygateServer, bind_socket
+    from raygate.extender.listeners import bind_socket
+    from raygate.extender.server import RaygateServer
     from raygate.extender.state import convert
     from raygate.extender.state.cache import ClusterCache
     from raygate.extender.state.editor import build_snapshot

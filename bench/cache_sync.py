@@ -327,7 +327,8 @@ def _raygate_main(conn: Connection, kubeconfig: str, admission: bool,
     from raygate.extender.kube.client import KubeTransport, load_connection
     from raygate.extender.kube.source import LiveSource
     from raygate.extender.kube.transport import WatchSettings
-    from raygate.extender.server import RaygateServer, bind_socket
+    from raygate.extender.listeners import bind_socket
+    from raygate.extender.server import RaygateServer
     from raygate.extender.state.cache import ClusterCache
     from raygate.plugin.config import PolicyConfig
 

@@ -19,7 +19,8 @@ import trustme
 import uvloop
 
 from raygate.extender.api.scheduler import SchedulerExtender
-from raygate.extender.server import RaygateServer, WebhookListener, bind_socket
+from raygate.extender.listeners import WebhookListener, bind_socket
+from raygate.extender.server import RaygateServer
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot import Snapshot

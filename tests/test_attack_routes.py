@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raygate.extender.api.webhook import MARKER
-from raygate.extender.server import WebhookListener, bind_socket
+from raygate.extender.listeners import WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text

@@ -22,7 +22,8 @@ import yaml
 
 from raygate.extender.check.inputs import DEFAULT_MAX_BYTES
 from raygate.extender.cli import _flags, _parser, main
-from raygate.extender.server import ListenError, RaygateServer, bind_socket
+from raygate.extender.listeners import ListenError, bind_socket
+from raygate.extender.server import RaygateServer
 from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
 from tests.builders import make_pod

@@ -19,7 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from raygate.extender.config.settings import ServeSettings
-from raygate.extender.server import RaygateServer, bind_socket
+from raygate.extender.listeners import bind_socket
+from raygate.extender.server import RaygateServer
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.tls import CertReloader, TlsFiles
 from raygate.plugin.config import ConfigError, PolicyConfig

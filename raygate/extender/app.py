@@ -29,7 +29,8 @@ from raygate.extender.kube.client import (
     load_connection,
 )
 from raygate.extender.kube.source import LiveSource
-from raygate.extender.server import ListenError, RaygateServer, WebhookListener, bind_socket
+from raygate.extender.listeners import ListenError, WebhookListener, bind_socket
+from raygate.extender.server import RaygateServer
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.keys import ClusterObjects

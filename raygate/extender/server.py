@@ -11,19 +11,15 @@ signal cuts at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import socket
-import ssl
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Protocol
 
 import grpc
-import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -40,15 +36,14 @@ from raygate.extender.config.settings import ServeSettings
 from raygate.extender.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.extender.grpc.servicers import add_admission_service
 from raygate.extender.http.app import HttpApp
-from raygate.extender.http.deadlines import sweep
-from raygate.extender.http.fast_path import fast_path_protocol
 from raygate.extender.http.routes import AsyncRoute, Gate, Route
+from raygate.extender.listeners import HttpServer, ListenError, WebhookListener, http_config
 from raygate.extender.metrics.registry import Metrics, metrics_routes
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.tls import CertReloader, TlsFiles
 from raygate.plugin.config import ConfigError
 
-__all__ = ["AccessGuard", "ListenError", "RaygateServer", "WebhookListener", "bind_socket"]
+__all__ = ["AccessGuard", "RaygateServer"]
 
 log = logging.getLogger("raygate.server")
 
@@ -65,28 +60,6 @@ GRPC_OPTIONS = (
 )
 
 
-class ListenError(Exception):
-    """A listener cannot have its address; the message says which one and why."""
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
-@dataclass(frozen=True)
-class WebhookListener:
-    """The HTTPS listener of the admission webhook."""
-
-    sock: socket.socket
-    cert_file: str
-    key_file: str
-
-
 class AccessGuard(Protocol):
     """Who may read admission status and explanations (``raygate.extender.authz.Authorizer``)."""
 
@@ -95,60 +68,6 @@ class AccessGuard(Protocol):
     ) -> dict[str, Route | AsyncRoute]: ...
 
     def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]: ...
-
-
-class _HttpServer(uvicorn.Server):
-    """uvicorn's server with raygate's signal handling and request deadlines."""
-
-    def __init__(self, config: uvicorn.Config, name: str, header_timeout: float,
-                 metrics: Metrics) -> None:
-        super().__init__(config)
-        self.header_timeout = header_timeout
-        self.timed_out = metrics.requests_timed_out.labels(name)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # raygate handles SIGTERM/SIGINT itself for both servers and exits 0; uvicorn's
-        # own handling re-raises the signal after shutdown (exit status -15).
-        yield
-
-    async def on_tick(self, counter: int) -> bool:
-        # uvicorn ticks every 0.1 s: request deadlines are checked here, not per request.
-        closed = sweep(self.server_state.connections, self.header_timeout,
-                       asyncio.get_running_loop().time())
-        if closed:
-            self.timed_out.inc(closed)
-        should_exit: bool = await super().on_tick(counter)
-        return should_exit
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # uvicorn closes the listener, lets in-flight requests finish within
-        # timeout_graceful_shutdown and then cancels them, but leaves their connections
-        # open: cut them, so that nobody waits on a server that has gone.
-        await super().shutdown(sockets=sockets)
-        for connection in list(self.server_state.connections):
-            connection.transport.close()
-
-
-def _http_config(app: HttpApp, settings: ServeSettings,
-                 context: ssl.SSLContext | None) -> uvicorn.Config:
-    config = uvicorn.Config(
-        app,
-        # The scheduler's verbs are answered inside the protocol; the rest through ASGI.
-        http=fast_path_protocol(app.sync),
-        # raygate reads neither the client address nor the scheme of a request.
-        proxy_headers=False,
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        # kube-scheduler keeps its connections alive between scheduling cycles.
-        timeout_keep_alive=75,
-        # Our own context (not file names): its certificate follows the files.
-        ssl_context_factory=None if context is None else (lambda _config, _default: context),
-    )
-    # uvicorn hands this to asyncio.wait_for, which takes float seconds.
-    config.timeout_graceful_shutdown = settings.shutdown_grace_seconds  # type: ignore[assignment]
-    return config
 
 
 class RaygateServer:
@@ -168,11 +87,8 @@ class RaygateServer:
         annotate_pod: Annotate | None = None,
         budget_api: BudgetApi | None = None,
     ) -> None:
-        """``annotate_pod``: how to write a pod's annotation, for asking kube-scheduler to
-        try a pod again whose refusal went stale; None: never asked (no cluster, or
-        ``requeue.staleRefusals: off``). ``budget_api``: where the floors'
-        PodDisruptionBudgets are written; None: none are (no cluster, or
-        ``disruptionBudgets: off``)."""
+        """``annotate_pod`` and ``budget_api``: the writes raygate makes (``_writers``);
+        None: not made (no cluster, or switched off)."""
         self.cache = cache
         self.settings = settings
         self.http_sock = http_sock
@@ -186,11 +102,7 @@ class RaygateServer:
         self.metrics = Metrics()
         self.scheduler = scheduler or SchedulerExtender(cache)
         self.scheduler.bind_metrics(self.metrics)
-        self.stale_refusals = None if annotate_pod is None else StaleRefusals(
-            cache, self.scheduler.clock, annotate_pod, self.metrics)
-        self.scheduler.stale_refusals = self.stale_refusals
-        self.budgets = None if budget_api is None else DisruptionBudgets(
-            cache, budget_api, self.metrics, time.monotonic)
+        self.stale_refusals, self.budgets = self._writers(annotate_pod, budget_api)
         self.started = asyncio.Event()
         # The admission status reads the scheduler's clock: one notion of `now`.
         self.admission = AdmissionService(cache, self.scheduler.clock)
@@ -201,10 +113,7 @@ class RaygateServer:
         if self.tls is not None:
             self.metrics.watch_tls("main", self.tls)
         self.authorizer = authorizer
-        self._http = _HttpServer(
-            _http_config(HttpApp(self._routes(), settings.max_body_bytes, self.metrics),
-                         settings, None if self.tls is None else self.tls.listener_context()),
-            "main", settings.header_timeout_seconds, self.metrics)
+        self._http = self._main_server()
         self._grpc: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -212,6 +121,25 @@ class RaygateServer:
         self.webhook = webhook
         self._webhook_tls: CertReloader | None = None
         self._webhook = None if webhook is None else self._webhook_server(webhook)
+
+    def _writers(self, annotate_pod: Annotate | None, budget_api: BudgetApi | None
+                 ) -> tuple[StaleRefusals | None, DisruptionBudgets | None]:
+        """The stale refusals (``annotate_pod`` writes a pod's annotation, to ask
+        kube-scheduler to try a pod again; ``requeue.staleRefusals``) and the floors'
+        PodDisruptionBudgets (written through ``budget_api``; ``disruptionBudgets``)."""
+        stale = None if annotate_pod is None else StaleRefusals(
+            self.cache, self.scheduler.clock, annotate_pod, self.metrics)
+        self.scheduler.stale_refusals = stale
+        budgets = None if budget_api is None else DisruptionBudgets(
+            self.cache, budget_api, self.metrics, time.monotonic)
+        return stale, budgets
+
+    def _main_server(self) -> HttpServer:
+        settings = self.settings
+        return HttpServer(
+            http_config(HttpApp(self._routes(), settings.max_body_bytes, self.metrics),
+                         settings, None if self.tls is None else self.tls.listener_context()),
+            "main", settings.header_timeout_seconds, self.metrics)
 
     def _routes(self) -> dict[str, Route | AsyncRoute]:
         """Every route of the main listener; each API module contributes its own."""
@@ -233,7 +161,7 @@ class RaygateServer:
             **private,
         }
 
-    def _webhook_server(self, webhook: WebhookListener) -> _HttpServer:
+    def _webhook_server(self, webhook: WebhookListener) -> HttpServer:
         """The API server calls admission webhooks over HTTPS only: a listener of its
         own, whatever the main port serves."""
         settings = self.settings
@@ -241,8 +169,8 @@ class RaygateServer:
             TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
         self.metrics.watch_tls("webhook", tls)
         routes = {**health_routes(self.cache, lambda: self.shutting_down), **webhook_routes()}
-        return _HttpServer(
-            _http_config(HttpApp(routes, settings.max_body_bytes), settings,
+        return HttpServer(
+            http_config(HttpApp(routes, settings.max_body_bytes), settings,
                          tls.listener_context()),
             "webhook", settings.header_timeout_seconds, self.metrics)
 
@@ -254,27 +182,9 @@ class RaygateServer:
         grpc_server, health_servicer = self._grpc_server()
         # Long-polls and Watch streams wait on this loop; the cache may publish from any
         # thread, and the service hops onto the loop with call_soon_threadsafe.
-        self.admission.attach(loop)
-        if self.stale_refusals is not None:
-            self.stale_refusals.attach(loop)
-        if self.budgets is not None:
-            self.budgets.start()
+        self._follow_cache(loop)
         await grpc_server.start()
-
-        async def set_health() -> None:
-            status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
-                      else health_pb2.HealthCheckResponse.NOT_SERVING)
-            for service in ("", ADMISSION_SERVICE, EXPLAIN_SERVICE):
-                # Ignored once shutting down (enter_graceful_shutdown is final).
-                await health_servicer.set(service, status)
-
-        await set_health()
-
-        # The cache becomes ready after start when it lists a live cluster: follow it.
-        def follow(_: object) -> None:
-            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(set_health()))
-
-        stop_following = self.cache.add_listener(follow)
+        stop_following = await self._follow_health(loop, health_servicer)
         log.info("serving HTTP%s on %s:%d, gRPC%s on port %d (%s)",
                  "S" if self.tls else "", *self.http_sock.getsockname()[:2],
                  " (TLS)" if self.tls else "", self.grpc_port, self.cache.source)
@@ -293,16 +203,49 @@ class RaygateServer:
         finally:
             polling.cancel()
             stop_following()
-            self.admission.close()
-            if self.stale_refusals is not None:
-                self.stale_refusals.close()
-            if self.budgets is not None:
-                self.budgets.close()
+            self._stop_following_cache()
             if self._shutdown is not None:
                 await self._shutdown  # the gRPC server's own grace
             else:  # the HTTP server ended without stop(): a failure, nothing to drain
                 await health_servicer.enter_graceful_shutdown()
                 await grpc_server.stop(grace=None)
+
+    def _follow_cache(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start what follows the cache's publishes beside the requests: the admission
+        statuses (long-polls and Watch streams wait on ``loop``; the cache may publish from
+        any thread, and the service hops onto the loop), the stale refusals, the budgets."""
+        self.admission.attach(loop)
+        if self.stale_refusals is not None:
+            self.stale_refusals.attach(loop)
+        if self.budgets is not None:
+            self.budgets.start()
+
+    def _stop_following_cache(self) -> None:
+        self.admission.close()
+        if self.stale_refusals is not None:
+            self.stale_refusals.close()
+        if self.budgets is not None:
+            self.budgets.close()
+
+    async def _follow_health(self, loop: asyncio.AbstractEventLoop,
+                             health_servicer: health.aio.HealthServicer
+                             ) -> Callable[[], None]:
+        """gRPC health as the cache's readiness, now and after each publish (the cache
+        becomes ready after start when it lists a live cluster); returns the unfollow."""
+
+        async def set_health() -> None:
+            status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
+                      else health_pb2.HealthCheckResponse.NOT_SERVING)
+            for service in ("", ADMISSION_SERVICE, EXPLAIN_SERVICE):
+                # Ignored once shutting down (enter_graceful_shutdown is final).
+                await health_servicer.set(service, status)
+
+        await set_health()
+
+        def follow(_: object) -> None:
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(set_health()))
+
+        return self.cache.add_listener(follow)
 
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
         """The gRPC server: the admission and explain services, health, reflection, the

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -151,6 +151,9 @@ class _Histogram:
         return family
 
 
+_F = TypeVar("_F", "_Counter", "_Histogram")
+
+
 class _Families(Collector):
     def __init__(self, families: list[_Counter | _Histogram]) -> None:
         self.families = families
@@ -219,71 +222,11 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.request_seconds = _Histogram(
-            "raygate_request_duration_seconds",
-            "Time from a request's arrival to its reply being handed to the server, by route.",
-            ["route"])
-        self.requests = _Counter(
-            "raygate_requests", "HTTP requests answered, by route and status code.",
-            ["route", "code"])
-        self.request_errors = _Counter(
-            "raygate_request_errors",
-            "Requests answered with an error, by route and reason (BadRequest, "
-            "PayloadTooLarge, NotFound, MethodNotAllowed, InternalError, ...). On the "
-            "scheduler routes every one is a fail-open: the scheduler goes on without raygate.",
-            ["route", "reason"])
-        self.decisions = _Counter(
-            "raygate_decisions", "Placement decisions (one per pod per request), by verb and "
-            "rule; rule=\"thrash-guard\" counts thrash-guard hits.",
-            ["verb", "rule"])
-        self.gpu_nodes_refused = _Counter(
-            "raygate_gpu_nodes_refused",
-            "GPU nodes refused to CPU-only Ray pods, by verb and rule.",
-            ["verb", "rule"])
-        self.victims = _Counter(
-            "raygate_preempt_victims", "Preemption victims raygate changed, by verb and outcome: "
-            "removed (protected: floor, head, preemptable=false) or substituted (a surplus pod "
-            "in a protected pod's place).",
-            ["verb", "outcome"])
-        self.preempt_nodes_dropped = _Counter(
-            "raygate_preempt_nodes_dropped",
-            "Candidate nodes raygate removed from a preemption (the floor could not be kept).",
-            ["verb"])
-        self.fail_open = _Counter(
-            "raygate_fail_open", "Inputs raygate did not know and let through, by verb and "
-            "cause: unknown-node, unknown-raycluster (treated as floor), unknown-victim.",
-            ["verb", "cause"])
-        self.requests_timed_out = _Counter(
-            "raygate_requests_timed_out",
-            "Connections closed because a request's head and body did not arrive within "
-            "the header timeout (a stalled or very slow client), by listener.",
-            ["listener"])
-        self.decision_reuse = _Counter(
-            "raygate_decision_reuse",
-            "Decision look-ups of kube-scheduler's verbs, by verb and result: hit (the same "
-            "pod was decided on the same snapshot, e.g. by filter before prioritize, and that "
-            "decision was reused) or miss (decided anew).",
-            ["verb", "result"])
-        self.requeue_nudges = _Counter(
-            "raygate_requeue_nudges",
-            "Pending pods raygate annotated so that kube-scheduler tries them again: filter "
-            "refused them GPU nodes on a decision a later snapshot reverses (their group's "
-            "floor filled, the thrash guard ended, the RayCluster appeared), by the rule "
-            "that refused and result: patched, or failed (logged; the pod waits for the next "
-            "cluster event or kube-scheduler's periodic flush).",
-            ["rule", "result"])
-        self.disruption_budget_writes = _Counter(
-            "raygate_disruption_budget_writes",
-            "Writes of the PodDisruptionBudgets that keep each RayCluster's floor, by "
-            "result: applied (server-side apply of a budget that changed), deleted (a "
-            "budget no floor needs any more), failed (logged; that RayCluster is tried "
-            "again with a backoff).",
-            ["result"])
-        r.register(_Families([
-            self.request_seconds, self.requests, self.request_errors, self.decisions,
-            self.gpu_nodes_refused, self.victims, self.preempt_nodes_dropped, self.fail_open,
-            self.requests_timed_out, self.decision_reuse, self.requeue_nudges,
-            self.disruption_budget_writes]))
+        self._families: list[_Counter | _Histogram] = []
+        self._requests()
+        self._decisions()
+        self._writes()
+        r.register(_Families(self._families))
         # The standard process_* and python_* families, under the names every dashboard
         # and alert for a Python service already uses; on this registry, as the default
         # one is never served.
@@ -294,6 +237,79 @@ class Metrics:
              registry=r).info(build_labels())
         self._limits = LimitCollector()
         r.register(self._limits)
+
+    def _add(self, family: _F) -> _F:
+        self._families.append(family)
+        return family
+
+    def _requests(self) -> None:
+        """What the HTTP layer counts: every route's latency, status codes and errors."""
+        self.request_seconds = self._add(_Histogram(
+            "raygate_request_duration_seconds",
+            "Time from a request's arrival to its reply being handed to the server, by route.",
+            ["route"]))
+        self.requests = self._add(_Counter(
+            "raygate_requests", "HTTP requests answered, by route and status code.",
+            ["route", "code"]))
+        self.request_errors = self._add(_Counter(
+            "raygate_request_errors",
+            "Requests answered with an error, by route and reason (BadRequest, "
+            "PayloadTooLarge, NotFound, MethodNotAllowed, InternalError, ...). On the "
+            "scheduler routes every one is a fail-open: the scheduler goes on without raygate.",
+            ["route", "reason"]))
+        self.requests_timed_out = self._add(_Counter(
+            "raygate_requests_timed_out",
+            "Connections closed because a request's head and body did not arrive within "
+            "the header timeout (a stalled or very slow client), by listener.",
+            ["listener"]))
+
+    def _decisions(self) -> None:
+        """What the scheduler verbs decided, and where they failed open."""
+        self.decisions = self._add(_Counter(
+            "raygate_decisions", "Placement decisions (one per pod per request), by verb and "
+            "rule; rule=\"thrash-guard\" counts thrash-guard hits.",
+            ["verb", "rule"]))
+        self.gpu_nodes_refused = self._add(_Counter(
+            "raygate_gpu_nodes_refused",
+            "GPU nodes refused to CPU-only Ray pods, by verb and rule.",
+            ["verb", "rule"]))
+        self.victims = self._add(_Counter(
+            "raygate_preempt_victims", "Preemption victims raygate changed, by verb and outcome: "
+            "removed (protected: floor, head, preemptable=false) or substituted (a surplus pod "
+            "in a protected pod's place).",
+            ["verb", "outcome"]))
+        self.preempt_nodes_dropped = self._add(_Counter(
+            "raygate_preempt_nodes_dropped",
+            "Candidate nodes raygate removed from a preemption (the floor could not be kept).",
+            ["verb"]))
+        self.fail_open = self._add(_Counter(
+            "raygate_fail_open", "Inputs raygate did not know and let through, by verb and "
+            "cause: unknown-node, unknown-raycluster (treated as floor), unknown-victim.",
+            ["verb", "cause"]))
+        self.decision_reuse = self._add(_Counter(
+            "raygate_decision_reuse",
+            "Decision look-ups of kube-scheduler's verbs, by verb and result: hit (the same "
+            "pod was decided on the same snapshot, e.g. by filter before prioritize, and that "
+            "decision was reused) or miss (decided anew).",
+            ["verb", "result"]))
+
+    def _writes(self) -> None:
+        """The writes raygate makes to the API server."""
+        self.requeue_nudges = self._add(_Counter(
+            "raygate_requeue_nudges",
+            "Pending pods raygate annotated so that kube-scheduler tries them again: filter "
+            "refused them GPU nodes on a decision a later snapshot reverses (their group's "
+            "floor filled, the thrash guard ended, the RayCluster appeared), by the rule "
+            "that refused and result: patched, or failed (logged; the pod waits for the next "
+            "cluster event or kube-scheduler's periodic flush).",
+            ["rule", "result"]))
+        self.disruption_budget_writes = self._add(_Counter(
+            "raygate_disruption_budget_writes",
+            "Writes of the PodDisruptionBudgets that keep each RayCluster's floor, by "
+            "result: applied (server-side apply of a budget that changed), deleted (a "
+            "budget no floor needs any more), failed (logged; that RayCluster is tried "
+            "again with a backoff).",
+            ["result"]))
 
     def route(self, path: str) -> RouteMetrics:
         return RouteMetrics(self, path)
