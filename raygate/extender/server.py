@@ -241,11 +241,7 @@ class RaygateServer:
                 await health_servicer.set(service, status)
 
         await set_health()
-
-        def follow(_: object) -> None:
-            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(set_health()))
-
-        return self.cache.add_listener(follow)
+        return self.cache.follow_on(loop, lambda: asyncio.ensure_future(set_health()))
 
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
         """The gRPC server: the admission and explain services, health, reflection, the

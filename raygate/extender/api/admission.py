@@ -27,7 +27,6 @@ generation that holds it is built.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -93,11 +92,7 @@ class AdmissionService:
         self._loop = loop
         self.closed = False
 
-        def on_publish(_: Snapshot) -> None:  # in the publishing thread: hop to the loop
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                loop.call_soon_threadsafe(self.refresh)
-
-        self._remove_listener = self.cache.add_listener(on_publish)
+        self._remove_listener = self.cache.follow_on(loop, self.refresh)
         self.current()  # the first generation before the server answers anything
 
     def close(self) -> None:

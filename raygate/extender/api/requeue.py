@@ -24,7 +24,6 @@ no lock. The patch is a blocking API call, made in a thread of its own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -99,11 +98,7 @@ class StaleRefusals:
         self._loop = loop
         self._checked = self.cache.snapshot
 
-        def on_publish(_: Snapshot) -> None:  # in the publishing thread: hop to the loop
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._wake, self.delay_seconds)
-
-        self._remove_listener = self.cache.add_listener(on_publish)
+        self._remove_listener = self.cache.follow_on(loop, self._wake, self.delay_seconds)
 
     def close(self) -> None:
         self._closed = True  # a wake already queued on the loop finds it

@@ -3,6 +3,8 @@ what each publish changed."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -74,6 +76,18 @@ class ClusterCache:
         self.ready = True
         for listener in list(self._listeners):
             listener(snapshot)
+
+    def follow_on(self, loop: asyncio.AbstractEventLoop, callback: Callable[..., object],
+                  *args: object) -> Callable[[], None]:
+        """Call ``callback(*args)`` on ``loop`` after each publish: the hop from the
+        publishing thread that every follower on the server's loop needs (a loop closed
+        meanwhile has nobody left to tell). Returns a function that stops it."""
+
+        def on_publish(_: Snapshot) -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(callback, *args)
+
+        return self.add_listener(on_publish)
 
     def add_listener(self, listener: Callable[[Snapshot], None]) -> Callable[[], None]:
         """Call ``listener`` after each publish; returns a function that removes it."""
