@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Self
 
+from raygate.plugin.native import GATE
 from tests.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster, uid_for
 
 # kube-scheduler's and Volcano's words.
@@ -220,6 +221,10 @@ def kueue_waiting() -> list[Obj]:
         make_pod("kw-head").head("kw").created(at(-30))
         .condition("PodScheduled", "False", "SchedulingGated",
                    "Scheduling is blocked due to non-empty scheduling gates", at(-30)).obj(),
+        # raygate's own placement gate, alone: raygate is writing its rule into the pod.
+        make_pod("kw-w1").ray("kw", "workers").created(at(-1)).gated(GATE)
+        .condition("PodScheduled", "False", "SchedulingGated",
+                   "Scheduling is blocked due to non-empty scheduling gates", at(-1)).obj(),
     ]
 
 
@@ -284,6 +289,7 @@ EXPECTED_PODS: list[tuple[str, str, str, str, str]] = [
     ("kueue-admitted", "kq-w2", "Starting", "bound-starting", "keep"),
     ("kueue-waiting", "kw-head", "WaitingForGangAdmission", "scheduling-gated",
      "keep"),
+    ("kueue-waiting", "kw-w1", "Starting", "placement-gated", "keep"),
     ("no-gang", "plain-affinity", "Unschedulable", "constraints", "keep"),
     ("no-gang", "plain-taint-old", "Unschedulable", "constraints", "keep"),
     ("no-gang", "plain-taint-keyed", "Unschedulable", "constraints", "keep"),

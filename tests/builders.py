@@ -95,6 +95,14 @@ class PodBuilder:
         self._obj["status"]["phase"] = "Running"
         return self
 
+    def gated(self, *names: str) -> Self:
+        self._obj["spec"]["schedulingGates"] = [{"name": n} for n in names]
+        return self
+
+    def affinity(self, affinity: Obj) -> Self:
+        self._obj["spec"]["affinity"] = affinity
+        return self
+
     def priority(self, value: int) -> Self:
         self._obj["spec"]["priority"] = value
         return self

@@ -35,12 +35,12 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raygate.extender.api.webhook import MARKER
 from raygate.extender.listeners import WebhookListener, bind_socket
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
 from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.native import GATE
 from tests.builders import T0_EPOCH, make_pod
 from tests.conftest import FakeClock, ServerThread, start_demo_server
 
@@ -604,9 +604,8 @@ def review(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 GOOD_REVIEW = review(make_pod("w").ray("rc", "g").obj())
-# The builder's pod has `resources: {}`: the webhook adds requests and limits.
-GOOD_PATCH = [{"op": "add", "path": f"/spec/containers/0/resources/{part}",
-               "value": {MARKER: "1"}} for part in ("requests", "limits")]
+# The builder's pod has no gates: the webhook adds raygate's (the marker is off by default).
+GOOD_PATCH = [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]
 
 
 @pytest.fixture(scope="module")

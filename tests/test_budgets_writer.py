@@ -411,6 +411,9 @@ def test_serve_writes_budgets_only_when_on(setting: str, writes: bool) -> None:
                          annotations: Mapping[str, str]) -> None:
             raise AssertionError("not called here")
 
+        def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+            raise AssertionError("not called here")
+
     settings = ServeSettings(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0",
                              disruption_budgets=setting)
     server = _server(settings, ClusterCache(PolicyConfig(), "test"), None,

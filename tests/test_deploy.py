@@ -19,11 +19,12 @@ import yaml
 from raygate.extender.api.health import health_routes
 from raygate.extender.api.scheduler import SchedulerExtender, scheduler_routes
 from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
-from raygate.extender.api.webhook import webhook_routes
+from raygate.extender.api.webhook import RayPodWebhook
 from raygate.extender.cli import _parser
 from raygate.extender.config.file import load_config_file
 from raygate.extender.config.settings import parse_addr
 from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
+from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot_files import load_files
 from raygate.plugin.config import PolicyConfig
@@ -362,7 +363,8 @@ def test_webhook_configuration() -> None:
     assert hook["timeoutSeconds"] <= 10
     assert hook["admissionReviewVersions"] == ["v1"]
     client = hook["clientConfig"]["service"]
-    assert client["path"] in webhook_routes()
+    webhook = RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=False)
+    assert client["path"] in webhook.routes()
     service = find(objects, "Service", client["name"])
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == client["port"]]
     (_, container), *_ = _raygate_containers(objects)

@@ -36,6 +36,7 @@ from raygate.extender.errors import BadRequest
 from raygate.extender.kube.decode import Decoders, decode_line, decode_page
 from raygate.extender.kube.resources import RESOURCES
 from raygate.extender.kube.transport import TransportError
+from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state import convert
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import build_snapshot
@@ -68,7 +69,7 @@ HANDLERS: dict[str, tuple[Callable[[bytes], bytes], list[Any]]] = {
     "volcano victims": (_volcano.victims, SEEDS["/volcano/preemptable"]),
     "volcano jobEnqueueable": (_volcano.job_enqueueable, SEEDS["/volcano/jobEnqueueable"]),
     "explain": (_explain.http_post, SEEDS["/v1/explain"]),
-    "webhook": (webhook.mutate_ray_pods, [{
+    "webhook": (webhook.RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=True).mutate, [{
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "u", "operation": "CREATE",
                     "object": make_pod("w").ray("rc", "g").requests(cpu="1").obj()}}]),

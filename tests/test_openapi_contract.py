@@ -29,7 +29,9 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import negative_data_rejection
 
-from raygate.extender.api.webhook import webhook_routes
+from raygate.extender.api.webhook import RayPodWebhook
+from raygate.extender.metrics.registry import Metrics
+from raygate.plugin.config import PolicyConfig
 from tests import openapi_document
 from tests.conftest import ServerThread, webhook_server
 
@@ -52,6 +54,9 @@ one to every other route."""
 schema = schemathesis.openapi.from_path(str(DOCUMENT))
 
 
+RAY_PODS = RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=False)
+
+
 # --- the document and the servers ----------------------------------------------------------
 
 
@@ -62,7 +67,7 @@ def test_the_document_is_current() -> None:
 
 def test_every_route_served_is_in_the_document_and_no_other(demo_server: ServerThread) -> None:
     served = {(path, route.method.decode().lower())
-              for path, route in {**demo_server.server._routes(), **webhook_routes()}.items()}
+              for path, route in {**demo_server.server._routes(), **RAY_PODS.routes()}.items()}
     documented = {(path, method) for path, item in OPENAPI["paths"].items()
                   for method in item if method in ("get", "post", "put", "delete", "patch")}
     assert served == documented

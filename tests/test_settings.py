@@ -304,6 +304,7 @@ def test_print_config_round_trips_and_names_origins(config: Path, tmp_path: Path
     assert set(document) == {"server", "policy"}
     assert set(document["server"]) == {"httpAddr", "grpcAddr", "webhook", "tls", "authz",
                                        "limits", "shutdown", "requeue", "disruptionBudgets",
+                                       "placement",
                                        "log"}
     lines = {line.split(":")[0].strip(): line for line in text.splitlines()
              if not line.startswith("#")}

@@ -129,9 +129,11 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
                     if transport is not None and settings.requeue == "on" else None)
         budgets = (transport if transport is not None and settings.disruption_budgets == "on"
                    else None)
+        # Whatever placement.native says, a pod raygate's gate holds is released by it.
         server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
                                webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
-                               budget_api=budgets)
+                               budget_api=budgets,
+                               patch_pod=None if transport is None else transport.patch_pod)
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
     if authorizer is not None:

@@ -28,10 +28,11 @@ from raygate.extender.api.budgets import BudgetApi, DisruptionBudgets
 from raygate.extender.api.explain import SERVICE_NAME as EXPLAIN_SERVICE
 from raygate.extender.api.explain import ExplainService, add_explain_service, explain_routes
 from raygate.extender.api.health import health_routes
+from raygate.extender.api.native import NativePlacement, PatchPod
 from raygate.extender.api.requeue import Annotate, StaleRefusals
 from raygate.extender.api.scheduler import SchedulerExtender, scheduler_routes
 from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
-from raygate.extender.api.webhook import webhook_routes
+from raygate.extender.api.webhook import RayPodWebhook
 from raygate.extender.config.settings import ServeSettings
 from raygate.extender.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.extender.grpc.servicers import add_admission_service
@@ -86,9 +87,10 @@ class RaygateServer:
         cert_poll_seconds: float = CERT_POLL_SECONDS,
         annotate_pod: Annotate | None = None,
         budget_api: BudgetApi | None = None,
+        patch_pod: PatchPod | None = None,
     ) -> None:
-        """``annotate_pod`` and ``budget_api``: the writes raygate makes (``_writers``);
-        None: not made (no cluster, or switched off)."""
+        """``annotate_pod``, ``budget_api`` and ``patch_pod``: the writes raygate makes
+        (``_writers``); None: not made (no cluster, or switched off)."""
         self.cache = cache
         self.settings = settings
         self.http_sock = http_sock
@@ -103,6 +105,9 @@ class RaygateServer:
         self.scheduler = scheduler or SchedulerExtender(cache)
         self.scheduler.bind_metrics(self.metrics)
         self.stale_refusals, self.budgets = self._writers(annotate_pod, budget_api)
+        self.native = None if patch_pod is None else NativePlacement(
+            cache, self.scheduler.clock, patch_pod, self.metrics,
+            wait_seconds=settings.placement_wait_seconds)
         self.started = asyncio.Event()
         # The admission status reads the scheduler's clock: one notion of `now`.
         self.admission = AdmissionService(cache, self.scheduler.clock)
@@ -168,7 +173,10 @@ class RaygateServer:
         tls = self._webhook_tls = CertReloader(
             TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
         self.metrics.watch_tls("webhook", tls)
-        routes = {**health_routes(self.cache, lambda: self.shutting_down), **webhook_routes()}
+        ray_pods = RayPodWebhook(lambda: self.cache.snapshot.config, self.metrics,
+                                 gate=settings.native_placement == "on",
+                                 marker=settings.webhook_marker == "on")
+        routes = {**health_routes(self.cache, lambda: self.shutting_down), **ray_pods.routes()}
         return HttpServer(
             http_config(HttpApp(routes, settings.max_body_bytes), settings,
                          tls.listener_context()),
@@ -213,10 +221,13 @@ class RaygateServer:
     def _follow_cache(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start what follows the cache's publishes beside the requests: the admission
         statuses (long-polls and Watch streams wait on ``loop``; the cache may publish from
-        any thread, and the service hops onto the loop), the stale refusals, the budgets."""
+        any thread, and the service hops onto the loop), the stale refusals, the gated
+        pods' releases, the budgets."""
         self.admission.attach(loop)
         if self.stale_refusals is not None:
             self.stale_refusals.attach(loop)
+        if self.native is not None:
+            self.native.attach(loop)
         if self.budgets is not None:
             self.budgets.start()
 
@@ -224,6 +235,8 @@ class RaygateServer:
         self.admission.close()
         if self.stale_refusals is not None:
             self.stale_refusals.close()
+        if self.native is not None:
+            self.native.close()
         if self.budgets is not None:
             self.budgets.close()
 

@@ -20,6 +20,7 @@ __all__ = [
     "Condition",
     "ContainerResources",
     "GroupKey",
+    "NodeAffinityShape",
     "NodeView",
     "OwnerRef",
     "PodGroupView",
@@ -91,6 +92,23 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeAffinityShape:
+    """What a JSON Patch that narrows a gated pod's node affinity must know of it: a patch
+    adds to a list that exists and creates one that does not (and ``add`` on a member that
+    exists replaces it)."""
+
+    affinity: bool = False
+    """``spec.affinity`` is there."""
+    node_affinity: bool = False
+    """``spec.affinity.nodeAffinity`` is there."""
+    required_terms: tuple[bool, ...] | None = None
+    """None: no required node selector; else one entry per ``nodeSelectorTerms`` term,
+    True when it has a ``matchExpressions`` list."""
+    preferred: bool = False
+    """A ``preferredDuringSchedulingIgnoredDuringExecution`` list is there."""
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerResources:
     requests: Mapping[str, int] = field(default_factory=lambda: EMPTY)
     limits: Mapping[str, int] = field(default_factory=lambda: EMPTY)
@@ -117,6 +135,9 @@ class PodView:
     created: float | None = None
     deleted: float | None = None
     nominated_node_name: str = ""
+    scheduling_gates: tuple[str, ...] = ()
+    node_affinity: NodeAffinityShape | None = None
+    """Kept only while raygate's placement gate is on the pod: its release patch needs it."""
 
     @property
     def ray_cluster(self) -> str:

@@ -86,8 +86,10 @@ def thrash_guard_until(pod: PodView, view: ClusterView, config: PolicyConfig) ->
     return max(times) + config.thrash_guard_seconds
 
 
-def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) -> Decision:
-    """How raygate treats ``pod`` on GPU nodes, with the rule and the reason."""
+def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float,
+           role: RoleVerdict | None = None) -> Decision:
+    """How raygate treats ``pod`` on GPU nodes, with the rule and the reason; ``role``
+    when the caller knows it (a gated pod's release role), else ``pod_role``'s."""
     if not pod.is_ray:
         return Decision(Placement.UNMANAGED, Rule.NOT_RAY, None, "not a Ray pod")
     gpus = gpu_pod_resources(pod, config)
@@ -95,7 +97,7 @@ def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float) ->
         return Decision(
             Placement.UNMANAGED, Rule.GPU_POD, None, f"requests GPU resources ({', '.join(gpus)})"
         )
-    role = pod_role(pod, view)
+    role = pod_role(pod, view) if role is None else role
     mode = config.gpu_nodes_for_surplus
     if mode is GpuNodesForSurplus.ALWAYS:
         return _prefer(Rule.POLICY_ALWAYS, role, f"{role.reason}; policy lets every "

@@ -65,7 +65,7 @@ class ServeSettings:
     """Where kube-scheduler, Volcano and HTTP clients reach raygate."""
     grpc_addr: str = "0.0.0.0:9090"
     webhook_addr: str = ""
-    """The HTTPS listener of the Ray-pod marker webhook; empty: not served."""
+    """The HTTPS listener of the Ray-pod webhook; empty: not served."""
     webhook_cert: str = ""
     webhook_key: str = ""
     """The webhook listener's own certificate: the API server calls it over HTTPS,
@@ -110,6 +110,20 @@ class ServeSettings:
     head's), so evictions (drains, node autoscalers, the descheduler) and kube-scheduler's
     own preemption keep the floor too (needs create, patch, list and delete on
     poddisruptionbudgets). Never written with ``--demo`` or snapshots: no cluster."""
+
+    native_placement: str = "on"
+    """on | off: the webhook gates each new CPU-only Ray pod (``raygate.io/placement``) and
+    raygate releases it with its placement as node affinity, which node autoscalers,
+    drains and every scheduler read (needs patch on pods). Whatever this says, raygate
+    releases every pod its gate holds."""
+    placement_wait_seconds: float = 10.0
+    """How long a gated pod waits for its RayCluster to reach raygate's cache before it is
+    released as floor (the safe side): the RayCluster and its pods come by separate
+    watches, in no set order."""
+    webhook_marker: str = "off"
+    """on | off: the webhook also adds the extended resource ``raygate.io/managed`` (for a
+    default-scheduler extender with ``managedResources``). No node autoscaler offers it:
+    only for clusters without node autoscaling."""
 
     log_level: str = "info"
     """debug | info | warning | error; debug is one line per scheduling decision."""
@@ -250,12 +264,16 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("grpc_addr", "grpcAddr", _addr(False),
              "the gRPC API (admission status, explain)", metavar="HOST:PORT"),
     _setting("webhook_addr", "webhook.addr", _addr(True),
-             "serve the Ray-pod marker webhook over HTTPS here (needs --webhook-cert and "
+             "serve the Ray-pod webhook over HTTPS here (needs --webhook-cert and "
              "--webhook-key)", metavar="HOST:PORT"),
     _setting("webhook_cert", "webhook.cert", _path,
              "PEM certificate (chain) of the webhook listener", metavar="FILE"),
     _setting("webhook_key", "webhook.key", _path, "PEM private key of --webhook-cert",
              metavar="FILE"),
+    _setting("webhook_marker", "webhook.marker", _on_off,
+             "also add the extended resource raygate.io/managed to Ray pods, for a "
+             "default-scheduler extender with managedResources; no node autoscaler offers "
+             "it: only where no node autoscaling runs", choices=("on", "off")),
     _setting("tls_cert", "tls.cert", _path,
              "PEM certificate (chain) for the HTTP and gRPC listeners", metavar="FILE"),
     _setting("tls_key", "tls.key", _path, "PEM private key of --tls-cert", metavar="FILE"),
@@ -290,6 +308,13 @@ SETTINGS: tuple[Setting, ...] = (
              "so drains, node autoscalers, the descheduler and kube-scheduler's own "
              "preemption keep it too; needs create, patch, list and delete on "
              "poddisruptionbudgets", choices=("on", "off")),
+    _setting("native_placement", "placement.native", _on_off,
+             "gate new CPU-only Ray pods at the webhook and release each with raygate's "
+             "placement written as node affinity, which node autoscalers, drains and every "
+             "scheduler read; needs patch on pods", choices=("on", "off")),
+    _setting("placement_wait_seconds", "placement.waitSeconds", _seconds(False),
+             "a gated pod waits this long for its RayCluster to reach raygate's cache, then "
+             "is released as floor (the safe side)", metavar="SECONDS"),
     _setting("log_level", "log.level", _choice(LOG_LEVELS), "", choices=LOG_LEVELS),
     _setting("log_format", "log.format", _choice(LOG_FORMATS),
              "json: one JSON object a line; text: for people; auto: text on a terminal, "

@@ -1,6 +1,7 @@
 """The few writes raygate makes, as ``KubeTransport``'s methods (a mixin: the transport
 holds the client and the request timeout they use): the stale-refusal annotation of a pod
-(``raygate.extender.api.requeue``) and the floors' PodDisruptionBudgets
+(``raygate.extender.api.requeue``), the release of a gated pod
+(``raygate.extender.api.native``) and the floors' PodDisruptionBudgets
 (``raygate.extender.api.budgets``)."""
 
 from __future__ import annotations
@@ -77,12 +78,21 @@ class Writes:
         said so: the client's default for a patch is a JSON Patch, which a dict is not.
         Bounded at 5 s: a stale refusal is asked again once, and a shutdown waits for it."""
         body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        self._patch_pod(namespace, name, body, "application/strategic-merge-patch+json")
+
+    def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        """Apply a JSON Patch (RFC 6902) to a pod: all its operations or none, so a
+        ``test`` among them is a precondition of the rest (a failed one answers 422).
+        Bounded at 5 s, as the annotation is."""
+        self._patch_pod(namespace, name, ops, "application/json-patch+json")
+
+    def _patch_pod(self, namespace: str, name: str,
+                   body: dict[str, Any] | list[dict[str, Any]], content_type: str) -> None:
+        timeout = min(self.request_timeout, 5.0)
         try:
             _finish(k8s.CoreV1Api(self.api).patch_namespaced_pod(
-                name, namespace, body, _preload_content=False,
-                _content_type="application/strategic-merge-patch+json",
-                _request_timeout=(min(self.request_timeout, 5.0),
-                                  min(self.request_timeout, 5.0))))
+                name, namespace, body, _preload_content=False, _content_type=content_type,
+                _request_timeout=(timeout, timeout)))
         except k8s.ApiException as exc:
             raise _api_failure(exc, f"PATCH pod {namespace}/{name}") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:

@@ -310,6 +310,24 @@ class Metrics:
             "budget no floor needs any more), failed (logged; that RayCluster is tried "
             "again with a backoff).",
             ["result"]))
+        self.placement_gates = self._add(_Counter(
+            "raygate_placement_gates",
+            "Ray pods the webhook held with the scheduling gate raygate.io/placement, by "
+            "result: gated, or failed_open (the pod could not be read; created ungated and "
+            "logged).",
+            ["result"]))
+        self.placement_releases = self._add(_Counter(
+            "raygate_placement_releases",
+            "Gated Ray pods raygate released with its placement in native form, by rule, "
+            "the native rule written (required-not-gpu, preferred-not-gpu, none) and result: "
+            "released, conflict (another writer released it first: nothing written), gone "
+            "(the pod was deleted), failed (logged; tried again after a backoff).",
+            ["rule", "native", "result"]))
+        self.placement_gate_seconds = self._add(_Histogram(
+            "raygate_placement_gate_seconds",
+            "How long a released Ray pod was held by raygate's gate: from raygate first "
+            "seeing it gated to the release patch answered.",
+            []))
 
     def route(self, path: str) -> RouteMetrics:
         return RouteMetrics(self, path)

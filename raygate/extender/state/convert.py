@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from raygate.extender.wire import kube
 from raygate.plugin.model import (
     EMPTY,
     Condition,
     ContainerResources,
+    NodeAffinityShape,
     NodeView,
     OwnerRef,
     PodGroupView,
@@ -31,6 +32,7 @@ from raygate.plugin.model import (
     WorkerGroupSpec,
     WorkloadView,
 )
+from raygate.plugin.native import GATE
 from raygate.plugin.quantity import QuantityError, parse_milli
 
 __all__ = [
@@ -73,6 +75,34 @@ def resources(values: kube.ResourceList | None, path: str) -> Mapping[str, int]:
         except QuantityError as exc:
             raise ConversionError(f"{path}.{name}", str(exc)) from None
     return MappingProxyType(out)
+
+
+def _gates(spec: kube.PodSpec) -> tuple[tuple[str, ...], NodeAffinityShape | None]:
+    """The pod's scheduling gates, and the shape of its node affinity while raygate's own
+    gate holds it (what the release patch needs; no other pod keeps it)."""
+    if not spec.scheduling_gates:
+        return (), None
+    gates = tuple(g.name for g in spec.scheduling_gates)
+    return gates, (_affinity_shape(spec.affinity) if GATE in gates else None)
+
+
+def _affinity_shape(affinity: Any) -> NodeAffinityShape:
+    """The shape of ``spec.affinity`` as decoded (plain JSON values: the API server has
+    validated it; anything else reads as absent)."""
+    if not isinstance(affinity, dict):
+        return NodeAffinityShape()
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, dict):
+        return NodeAffinityShape(affinity=True)
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = None
+    if isinstance(required, dict):
+        listed = required.get("nodeSelectorTerms")
+        terms = tuple(isinstance(t, dict) and isinstance(t.get("matchExpressions"), list)
+                      for t in (listed if isinstance(listed, list) else ()))
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    return NodeAffinityShape(affinity=True, node_affinity=True, required_terms=terms,
+                             preferred=isinstance(preferred, list))
 
 
 def _controller(refs: list[kube.OwnerReference] | None) -> OwnerRef | None:
@@ -156,6 +186,7 @@ class PodViews:
         if spec.init_containers:
             init_containers = tuple(self._container(c, path, ".spec.initContainers[%d]", i)
                                     for i, c in enumerate(spec.init_containers))
+        gates, shape = _gates(spec)
         return PodView(
             uid=meta.uid,
             namespace=meta.namespace,
@@ -173,6 +204,8 @@ class PodViews:
             created=self._time(meta.creation_timestamp, path, ".metadata.creationTimestamp"),
             deleted=self._time(meta.deletion_timestamp, path, ".metadata.deletionTimestamp"),
             nominated_node_name=status.nominated_node_name or "",
+            scheduling_gates=gates,
+            node_affinity=shape,
         )
 
     # The field paths of errors are only built when a value is converted, not reused:

@@ -153,6 +153,10 @@ class Snapshot:
     def cluster_pods(self, namespace: str, cluster: str) -> tuple[PodView, ...]:
         return _values(self._by_cluster.get((namespace, cluster)))
 
+    def pod_clusters(self) -> tuple[tuple[str, str], ...]:
+        """``(namespace, RayCluster)`` of every Ray pod's cluster, known or not."""
+        return tuple(self._by_cluster.keys())
+
     def podgroup(self, namespace: str, name: str) -> PodGroupView | None:
         entry = self._podgroups.get((namespace, name))
         return None if entry is None else entry[1]

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import msgspec
 
-from raygate.extender.wire.kube import Container, PodMeta
+from raygate.extender.wire.kube import Container, PodMeta, SchedulingGate
 
 __all__ = ["AdmissionResponse", "AdmissionReviewIn", "AdmissionReviewOut"]
 
 
 class PodSpecForPatch(msgspec.Struct, rename="camel"):
     containers: list[Container] | None = None
+    init_containers: list[Container] | None = None
+    node_name: str | None = None
+    scheduling_gates: list[SchedulingGate] | None = None
 
 
 class PodForPatch(msgspec.Struct):

@@ -7,7 +7,7 @@ and the admission status need is declared; msgspec skips the rest without buildi
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -61,12 +61,20 @@ class Container(_Base):
     restart_policy: str | None = None
 
 
+class SchedulingGate(_Base):
+    name: str = ""
+
+
 class PodSpec(_Base):
     node_name: str | None = None
     priority: int | None = None
     containers: list[Container] | None = None
     init_containers: list[Container] | None = None
     overhead: ResourceList | None = None
+    scheduling_gates: list[SchedulingGate] | None = None
+    affinity: Any = None
+    """Read only for the shape of the node affinity of a pod raygate's placement gate
+    holds; any JSON is accepted here (a pod's affinity never fails a request)."""
 
 
 class Condition(_Base):

@@ -21,6 +21,7 @@ from raygate.plugin.model import (
     Condition,
     PodView,
 )
+from raygate.plugin.native import GATE
 
 
 def is_listed(pod: PodView) -> bool:
@@ -188,6 +189,14 @@ POD_RULES: tuple[PodRule, ...] = (
         "gang-waiting-for-members", PodState.WAITING_FOR_GANG_ADMISSION,
         lambda f: f.verdict is SchedulerVerdict.GANG,
         lambda f: f"the scheduler waits for the rest of the gang; {_scheduler_said(f)}",
+        lambda f: f.verdict_since),
+    PodRule(
+        # raygate's own gate, alone: raygate is writing its placement into the pod (for
+        # well under a second, or ``placement.waitSeconds`` while its RayCluster is unknown).
+        "placement-gated", PodState.STARTING,
+        lambda f: f.verdict is SchedulerVerdict.GATED and f.pod.scheduling_gates == (GATE,),
+        lambda f: "raygate is writing its placement into the pod (scheduling gate "
+                  f"{GATE}); {_scheduler_said(f)}",
         lambda f: f.verdict_since),
     PodRule(
         "scheduling-gated", PodState.WAITING_FOR_GANG_ADMISSION,
