@@ -28,6 +28,8 @@ from raygate.extender.kube.client import (
     NoClusterConfig,
     load_connection,
 )
+from raygate.extender.kube.leader import Leadership, LeaseTiming
+from raygate.extender.kube.lease import identity, lease_elector, lease_namespace
 from raygate.extender.kube.source import LiveSource
 from raygate.extender.listeners import ListenError, WebhookListener, bind_socket
 from raygate.extender.server import RaygateServer
@@ -131,7 +133,7 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
                    else None)
         server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
                                webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
-                               budget_api=budgets)
+                               budget_api=budgets, leadership=_leadership(settings, transport))
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
     if authorizer is not None:
@@ -139,6 +141,22 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
     log.info("authz %s for the admission-status and explain APIs",
              "on" if authorizer is not None else "off")
     return server
+
+
+def _leadership(settings: ServeSettings, transport: KubeTransport | None) -> Leadership:
+    """Of the Lease ``server.leaderElection`` names; without a cluster, or with it off,
+    none: this replica leads while it runs."""
+    if transport is None or settings.leader_election == "off":
+        return Leadership(None)
+    timing = LeaseTiming(settings.leader_election_lease_seconds,
+                         settings.leader_election_renew_deadline_seconds,
+                         settings.leader_election_retry_seconds)
+    namespace = lease_namespace(settings.leader_election_lease_namespace)
+    elector = lease_elector(transport.api, settings.leader_election_lease_name, namespace,
+                            identity(), timing)
+    log.info("leader election as %s for the Lease %s/%s", elector.identity, namespace,
+             settings.leader_election_lease_name)
+    return Leadership(elector, timing)
 
 
 def check_startup(settings: ServeSettings) -> Source:
