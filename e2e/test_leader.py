@@ -74,9 +74,17 @@ def leaders(*candidates: Leadership) -> list[Leadership]:
     return [c for c in candidates if c.leading()]
 
 
-def test_exactly_one_of_two_leads(candidates: Callable[[], Leadership]) -> None:
+def leader_and_follower(candidates: Callable[[], Leadership]
+                        ) -> tuple[Leadership, Leadership]:
+    """Two candidates of one Lease, once one of them leads."""
     a, b = candidates(), candidates()
     until(lambda: len(leaders(a, b)) == 1, 10)
+    (leader,) = leaders(a, b)
+    return leader, b if leader is a else a
+
+
+def test_exactly_one_of_two_leads(candidates: Callable[[], Leadership]) -> None:
+    a, b = leader_and_follower(candidates)
     for _ in range(int(3 * TIMING.lease_seconds / 0.05)):  # three leases' time, renewed
         assert len(leaders(a, b)) == 1
         time.sleep(0.05)
@@ -84,10 +92,7 @@ def test_exactly_one_of_two_leads(candidates: Callable[[], Leadership]) -> None:
 
 def test_a_stopped_leader_hands_over_within_a_retry(
         candidates: Callable[[], Leadership]) -> None:
-    a, b = candidates(), candidates()
-    until(lambda: len(leaders(a, b)) == 1, 10)
-    (leader,) = leaders(a, b)
-    follower = b if leader is a else a
+    leader, follower = leader_and_follower(candidates)
     leader.stop()  # releases the Lease
     assert not leader.leading()
     took = until(follower.leading, TIMING.lease_seconds)
@@ -96,10 +101,7 @@ def test_a_stopped_leader_hands_over_within_a_retry(
 
 def test_a_vanished_leader_is_replaced_when_the_lease_runs_out(
         candidates: Callable[[], Leadership]) -> None:
-    a, b = candidates(), candidates()
-    until(lambda: len(leaders(a, b)) == 1, 10)
-    (leader,) = leaders(a, b)
-    follower = b if leader is a else a
+    leader, follower = leader_and_follower(candidates)
     # As a killed replica: its renewals end, nothing is released.
     leader._stopping.set()
     assert leader._thread is not None
@@ -113,9 +115,7 @@ def test_a_vanished_leader_is_replaced_when_the_lease_runs_out(
 
 def test_a_leader_cut_off_from_the_api_server_stops_within_the_renew_deadline(
         control_plane: Testbed, candidates: Callable[[], Leadership]) -> None:
-    a, b = candidates(), candidates()
-    until(lambda: len(leaders(a, b)) == 1, 10)
-    (leader,) = leaders(a, b)
+    leader, follower = leader_and_follower(candidates)
     told: list[tuple[bool, float]] = []
     leader.on_change(lambda leading: told.append((leading, time.monotonic())))
     control_plane.processes.pop("kube-apiserver").stop(timeout=3)
@@ -123,10 +123,10 @@ def test_a_leader_cut_off_from_the_api_server_stops_within_the_renew_deadline(
     try:
         # Its last renewal began before the API server went: within the deadline of that.
         took = until(lambda: not leader.leading(), TIMING.renew_deadline_seconds + 0.1)
-        assert not leaders(a, b), took
+        assert not leaders(leader, follower), took
         # Told in time too: before the lease could pass to anyone.
         until(lambda: bool(told), TIMING.lease_seconds)
         assert told[0][0] is False and told[0][1] - down < TIMING.lease_seconds
     finally:
         control_plane._start_apiserver()
-    until(lambda: len(leaders(a, b)) == 1, 3 * TIMING.lease_seconds)
+    until(lambda: len(leaders(leader, follower)) == 1, 3 * TIMING.lease_seconds)
