@@ -8,11 +8,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
 from raygate.extender.kube.leader import Leadership, LeaseTiming
 from raygate.extender.kube.lease import LeaseElector, identity, lease_namespace
 from raygate.extender.metrics.registry import Metrics
+from tests.conftest import ServerThread
 
 TIMING = LeaseTiming(lease_seconds=15, renew_deadline_seconds=10.0, retry_seconds=2.0)
 
@@ -290,3 +292,11 @@ def test_a_release_loses_to_a_change_it_did_not_read() -> None:
 
     a.lock.get = get_then_someone_writes  # type: ignore[method-assign]
     assert not a.release()
+
+
+def test_a_server_leads_while_it_runs(server: ServerThread) -> None:
+    """Without a cluster, the running server's replica leads: what a controller takes
+    (``RaygateServer.leading``) says so, and so does the metric."""
+    assert server.server.leading()
+    text = httpx.get(f"{server.url}/metrics").text
+    assert "raygate_leader 1.0" in text

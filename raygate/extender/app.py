@@ -116,7 +116,8 @@ def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
 
 
 def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer | None,
-            transport: KubeTransport | None) -> RaygateServer:
+            transport: KubeTransport | None, leadership: Leadership | None = None
+            ) -> RaygateServer:
     sock = _listen(settings.http_addr, "--http-addr")
     # gRPC binds its own socket when the server runs, and its failure says neither why
     # nor anything but a bare RuntimeError (after a line of gRPC's own on stderr): bind
@@ -133,7 +134,7 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
                    else None)
         server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
                                webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
-                               budget_api=budgets, leadership=_leadership(settings, transport))
+                               budget_api=budgets, leadership=leadership)
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
     if authorizer is not None:
@@ -194,7 +195,8 @@ def serve(loaded: Loaded) -> None:
             running.callback(authorizer.close)
         cache = _cache(settings, source)
         transport = None if source.connection is None else KubeTransport(source.connection)
-        server = _server(settings, cache, authorizer, transport)
+        server = _server(settings, cache, authorizer, transport,
+                         _leadership(settings, transport))
         if transport is not None:
             # Serving starts at once: /readyz answers 503 until every kind is listed.
             live = LiveSource(cache, transport)
