@@ -416,7 +416,10 @@ class Testbed:
             f"--grpc-addr=127.0.0.1:{self.ports.raygate_grpc}", "--authz=on",
             # The Deployment waits 5 s for endpoints controllers; there are none here.
             "--shutdown-delay-seconds=0",
-        ], env={"PYTHONPATH": str(REPO)})
+        ], env={"PYTHONPATH": str(REPO),
+                # The downward API's, as in the Deployment: its leader election holds the
+                # Lease in raygate's namespace, where deploy/'s Role grants it.
+                "POD_NAME": "raygate-testbed", "POD_NAMESPACE": RAYGATE_NAMESPACE})
         wait_for("raygate /readyz", lambda: urllib.request.urlopen(
             f"{self.raygate_url}/readyz", timeout=2).status == 200, 60, process)
         return process

@@ -22,7 +22,7 @@ from raygate.extender.api.volcano import VolcanoExtender, volcano_routes
 from raygate.extender.api.webhook import RayPodWebhook
 from raygate.extender.cli import _parser
 from raygate.extender.config.file import load_config_file
-from raygate.extender.config.settings import parse_addr
+from raygate.extender.config.settings import ServeSettings, parse_addr
 from raygate.extender.kube.reviews import GROUP, RESOURCE, Access
 from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state.cache import ClusterCache
@@ -212,6 +212,31 @@ def test_raygate_reads_and_writes_only_pod_annotations_and_its_budgets() -> None
     binding = find(render(DEPLOY / "base"), "ClusterRoleBinding", "raygate")
     assert binding["roleRef"]["name"] == "raygate"
     assert [s["name"] for s in binding["subjects"]] == ["raygate"]
+
+
+@pytest.mark.parametrize(("setup", "account"), [("base", "raygate"),
+                                              ("kube-scheduler-second", "ray-scheduler")])
+def test_leader_election_holds_one_lease_and_nothing_more(setup: str, account: str) -> None:
+    """In raygate's namespace: create a Lease (a create names no object a rule could
+    narrow to), get and update the one raygate's settings name; no list, watch, patch or
+    delete. Bound to the ServiceAccount the serving raygate runs as, whose pods say
+    their name and namespace (the identity, and the Lease's namespace)."""
+    objects = render(DEPLOY / setup)
+    role = find(objects, "Role", "raygate-leader-election")
+    assert role["metadata"]["namespace"] == "raygate-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [ServeSettings().leader_election_lease_name],
+         "verbs": ["get", "update"]}]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"
+                and o["roleRef"]["name"] == "raygate-leader-election"]
+    assert {(b["metadata"]["namespace"], s["name"]) for b in bindings
+            for s in b["subjects"]} >= {("raygate-system", account)}
+    ((deployment, container),) = _raygate_containers(objects)
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]} == {
+        "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 
 
 def test_status_reader_role_grants_what_authz_checks() -> None:

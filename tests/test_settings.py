@@ -189,6 +189,20 @@ BAD: list[tuple[str, Flags, Env, str | None, list[str]]] = [
     ("authz on in the file, snapshots from the environment", {},
      {"RAYGATE_SNAPSHOT": "s.yaml"}, "server: {authz: {mode: 'on'}}",
      ["raygate.yaml: server.authz.mode: on needs an API server to ask"]),
+    ("lease names", {"leader_election_lease_name": "Raygate"}, {}, "server: "
+     "{leaderElection: {leaseNamespace: a.b}}",
+     ['--leader-election-lease-name: expected an object name (lowercase letters, digits, - '
+      'and .), got "Raygate"',
+      'server.leaderElection.leaseNamespace: expected a namespace name (or empty: the '
+      'pod\'s own), got "a.b"']),
+    ("a leader stops acting before another can take the lease", {},
+     {"RAYGATE_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "15"},
+     "server: {leaderElection: {retrySeconds: 0.5}}",
+     ["raygate.yaml: server.leaderElection.retrySeconds: expected at least 1, got 0.5",
+      "--leader-election-lease-seconds: must be more than the renew deadline (15), got 15"]),
+    ("more than one attempt before the renew deadline", {"leader_election_retry_seconds": "9"},
+     {}, None, ["--leader-election-renew-deadline-seconds: must be more than 1.2 × the retry "
+                "period (9), got 10"]),
     ("two sources in the environment", {}, {"RAYGATE_DEMO": "1", "RAYGATE_SNAPSHOT": "s"},
      None, ["RAYGATE_SNAPSHOT and RAYGATE_DEMO: give one source of cluster state"]),
     ("a boolean variable", {}, {"RAYGATE_DEMO": "maybe"}, None,
@@ -304,8 +318,7 @@ def test_print_config_round_trips_and_names_origins(config: Path, tmp_path: Path
     assert set(document) == {"server", "policy"}
     assert set(document["server"]) == {"httpAddr", "grpcAddr", "webhook", "tls", "authz",
                                        "limits", "shutdown", "requeue", "disruptionBudgets",
-                                       "placement",
-                                       "log"}
+                                       "placement", "leaderElection", "log"}
     lines = {line.split(":")[0].strip(): line for line in text.splitlines()
              if not line.startswith("#")}
     for key, origin in [("httpAddr", "# flag --http-addr"), ("mode", "# flag --authz"),

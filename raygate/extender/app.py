@@ -28,6 +28,8 @@ from raygate.extender.kube.client import (
     NoClusterConfig,
     load_connection,
 )
+from raygate.extender.kube.leader import Leadership, LeaseTiming
+from raygate.extender.kube.lease import identity, lease_elector, lease_namespace
 from raygate.extender.kube.source import LiveSource
 from raygate.extender.listeners import ListenError, WebhookListener, bind_socket
 from raygate.extender.server import RaygateServer
@@ -114,7 +116,8 @@ def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
 
 
 def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer | None,
-            transport: KubeTransport | None) -> RaygateServer:
+            transport: KubeTransport | None, leadership: Leadership | None = None
+            ) -> RaygateServer:
     sock = _listen(settings.http_addr, "--http-addr")
     # gRPC binds its own socket when the server runs, and its failure says neither why
     # nor anything but a bare RuntimeError (after a line of gRPC's own on stderr): bind
@@ -132,7 +135,7 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
         # Whatever placement.native says, a pod raygate's gate holds is released by it.
         server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
                                webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
-                               budget_api=budgets,
+                               budget_api=budgets, leadership=leadership,
                                patch_pod=None if transport is None else transport.patch_pod)
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
@@ -141,6 +144,22 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
     log.info("authz %s for the admission-status and explain APIs",
              "on" if authorizer is not None else "off")
     return server
+
+
+def _leadership(settings: ServeSettings, transport: KubeTransport | None) -> Leadership:
+    """Of the Lease ``server.leaderElection`` names; without a cluster, or with it off,
+    none: this replica leads while it runs."""
+    if transport is None or settings.leader_election == "off":
+        return Leadership(None)
+    timing = LeaseTiming(settings.leader_election_lease_seconds,
+                         settings.leader_election_renew_deadline_seconds,
+                         settings.leader_election_retry_seconds)
+    namespace = lease_namespace(settings.leader_election_lease_namespace)
+    elector = lease_elector(transport.api, settings.leader_election_lease_name, namespace,
+                            identity(), timing)
+    log.info("leader election as %s for the Lease %s/%s", elector.identity, namespace,
+             settings.leader_election_lease_name)
+    return Leadership(elector, timing)
 
 
 def check_startup(settings: ServeSettings) -> Source:
@@ -178,7 +197,8 @@ def serve(loaded: Loaded) -> None:
             running.callback(authorizer.close)
         cache = _cache(settings, source)
         transport = None if source.connection is None else KubeTransport(source.connection)
-        server = _server(settings, cache, authorizer, transport)
+        server = _server(settings, cache, authorizer, transport,
+                         _leadership(settings, transport))
         if transport is not None:
             # Serving starts at once: /readyz answers 503 until every kind is listed.
             live = LiveSource(cache, transport)

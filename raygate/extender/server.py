@@ -38,6 +38,7 @@ from raygate.extender.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.extender.grpc.servicers import add_admission_service
 from raygate.extender.http.app import HttpApp
 from raygate.extender.http.routes import AsyncRoute, Gate, Route
+from raygate.extender.kube.leader import Leadership
 from raygate.extender.listeners import HttpServer, ListenError, WebhookListener, http_config
 from raygate.extender.metrics.registry import Metrics, metrics_routes
 from raygate.extender.state.cache import ClusterCache
@@ -88,9 +89,12 @@ class RaygateServer:
         annotate_pod: Annotate | None = None,
         budget_api: BudgetApi | None = None,
         patch_pod: PatchPod | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         """``annotate_pod``, ``budget_api`` and ``patch_pod``: the writes raygate makes
-        (``_writers``); None: not made (no cluster, or switched off)."""
+        (``_writers``); None: not made (no cluster, or switched off). ``leadership``: of
+        the Lease the controllers that act from one replica at a time ask (``leading``);
+        None: this replica leads while it runs (no cluster, or leader election off)."""
         self.cache = cache
         self.settings = settings
         self.http_sock = http_sock
@@ -104,9 +108,14 @@ class RaygateServer:
         self.metrics = Metrics()
         self.scheduler = scheduler or SchedulerExtender(cache)
         self.scheduler.bind_metrics(self.metrics)
+        self.leadership = leadership or Leadership(None)
+        self.leading: Callable[[], bool] = self.leadership.leading
+        """What a controller that must act from one replica at a time takes and asks
+        before each action."""
+        self.metrics.watch_leadership(self.leadership)
         self.stale_refusals, self.budgets = self._writers(annotate_pod, budget_api)
         self.native = None if patch_pod is None else NativePlacement(
-            cache, self.scheduler.clock, patch_pod, self.metrics,
+            cache, self.scheduler.clock, patch_pod, self.metrics, leading=self.leading,
             wait_seconds=settings.placement_wait_seconds)
         self.started = asyncio.Event()
         # The admission status reads the scheduler's clock: one notion of `now`.
@@ -191,6 +200,7 @@ class RaygateServer:
         # Long-polls and Watch streams wait on this loop; the cache may publish from any
         # thread, and the service hops onto the loop with call_soon_threadsafe.
         self._follow_cache(loop)
+        self.leadership.start()
         await grpc_server.start()
         stop_following = await self._follow_health(loop, health_servicer)
         log.info("serving HTTP%s on %s:%d, gRPC%s on port %d (%s)",
@@ -212,6 +222,7 @@ class RaygateServer:
             polling.cancel()
             stop_following()
             self._stop_following_cache()
+            self.leadership.stop()  # when the HTTP server ended without stop(); else done
             if self._shutdown is not None:
                 await self._shutdown  # the gRPC server's own grace
             else:  # the HTTP server ended without stop(): a failure, nothing to drain
@@ -308,6 +319,9 @@ class RaygateServer:
         log.info("shutting down: not ready now, closing listeners in %gs, then %gs for "
                  "in-flight requests", settings.shutdown_delay_seconds,
                  settings.shutdown_grace_seconds)
+        # Stop acting and release the Lease at once: another replica takes over while
+        # this one drains its requests (the release is a request or two: off the loop).
+        stepping_down = asyncio.ensure_future(asyncio.to_thread(self.leadership.stop))
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if settings.shutdown_delay_seconds > 0:
@@ -323,6 +337,7 @@ class RaygateServer:
         if self._grpc is not None:
             # New RPCs are refused at once; those in flight are cancelled after the grace.
             await self._grpc.stop(grace=settings.shutdown_grace_seconds)
+        await stepping_down
 
     async def _poll_certificates(self) -> None:
         reloaders = [r for r in (self.tls, self._webhook_tls) if r is not None]

@@ -4,7 +4,7 @@ each value with where it came from, every problem reported at once."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -183,6 +183,27 @@ def _check_together(settings: ServeSettings, origins: Mapping[str, Origin]) -> l
     if settings.authz == "on" and (settings.demo or settings.snapshots):
         problems.append(f"{label('authz')}: on needs an API server to ask (TokenReview, "
                         "SubjectAccessReview); --demo and --snapshot have none")
+    problems.extend(_lease_timing(settings, label))
+    return problems
+
+
+def _lease_timing(settings: ServeSettings, label: Callable[[str], str]) -> list[str]:
+    """A leader must stop acting before another can take the Lease (renew deadline <
+    lease), and have more than one attempt before its deadline; the bounds are the
+    ``kubernetes`` client's (its Config exits the process on others)."""
+    lease = settings.leader_election_lease_seconds
+    renew = settings.leader_election_renew_deadline_seconds
+    retry = settings.leader_election_retry_seconds
+    problems = []
+    if retry < 1:
+        problems.append(f"{label('leader_election_retry_seconds')}: expected at least 1, "
+                        f"got {retry:g}")
+    if renew <= 1.2 * retry:
+        problems.append(f"{label('leader_election_renew_deadline_seconds')}: must be more "
+                        f"than 1.2 × the retry period ({retry:g}), got {renew:g}")
+    if lease <= renew:
+        problems.append(f"{label('leader_election_lease_seconds')}: must be more than the "
+                        f"renew deadline ({renew:g}), got {lease}")
     return problems
 
 

@@ -24,6 +24,7 @@ import difflib
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,19 @@ class ServeSettings:
     """on | off: the webhook also adds the extended resource ``raygate.io/managed`` (for a
     default-scheduler extender with ``managedResources``). No node autoscaler offers it:
     only for clusters without node autoscaling."""
+    leader_election: str = "on"
+    """on | off: the controllers that act from one replica at a time act only while this
+    replica holds the Lease ``leader_election_lease_namespace/name``; off (or no
+    cluster): this replica always acts."""
+    leader_election_lease_name: str = "raygate"
+    leader_election_lease_namespace: str = ""
+    """Empty: the pod's own namespace ($POD_NAMESPACE), else ``raygate``."""
+    leader_election_lease_seconds: int = 15
+    """How long others wait, after the last renewal they saw, before taking the Lease."""
+    leader_election_renew_deadline_seconds: float = 10.0
+    """The leader stops acting when it has not renewed for this long (< the lease)."""
+    leader_election_retry_seconds: float = 2.0
+    """Between attempts to acquire or renew."""
 
     log_level: str = "info"
     """debug | info | warning | error; debug is one line per scheduling decision."""
@@ -208,6 +222,24 @@ def _audiences(value: object, text: bool) -> tuple[str, ...]:
     else:
         raise InvalidValue("a list of audience names (comma-separated in a flag or variable)")
     return tuple(name.strip() for name in names if name.strip())
+
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _object_name(namespace: bool) -> Converter:
+    """A Kubernetes object's name (a DNS subdomain), or a namespace's (a DNS label; empty:
+    the pod's own namespace)."""
+    def convert(value: object, text: bool) -> str:
+        if isinstance(value, str):
+            if namespace and value == "":
+                return value
+            if (len(value) <= (63 if namespace else 253) and _NAME.fullmatch(value)
+                    and not (namespace and "." in value)):
+                return value
+        raise InvalidValue("a namespace name (or empty: the pod's own)" if namespace
+                           else "an object name (lowercase letters, digits, - and .)")
+    return convert
 
 
 def _positive_int(value: object, text: bool) -> int:
@@ -315,6 +347,23 @@ SETTINGS: tuple[Setting, ...] = (
     _setting("placement_wait_seconds", "placement.waitSeconds", _seconds(False),
              "a gated pod waits this long for its RayCluster to reach raygate's cache, then "
              "is released as floor (the safe side)", metavar="SECONDS"),
+    _setting("leader_election", "leaderElection.enabled", _on_off,
+             "the controllers that must act from one replica at a time act only while "
+             "this replica holds a Lease; needs get, create and update on leases",
+             choices=("on", "off")),
+    _setting("leader_election_lease_name", "leaderElection.leaseName", _object_name(False),
+             "the Lease's name", metavar="NAME"),
+    _setting("leader_election_lease_namespace", "leaderElection.leaseNamespace",
+             _object_name(True), "the Lease's namespace; empty: $POD_NAMESPACE, else raygate",
+             metavar="NAMESPACE"),
+    _setting("leader_election_lease_seconds", "leaderElection.leaseSeconds", _positive_int,
+             "others take the Lease this long after its last renewal they saw",
+             metavar="SECONDS"),
+    _setting("leader_election_renew_deadline_seconds", "leaderElection.renewDeadlineSeconds",
+             _seconds(False), "the leader stops acting when it has not renewed for this "
+             "long (less than --leader-election-lease-seconds)", metavar="SECONDS"),
+    _setting("leader_election_retry_seconds", "leaderElection.retrySeconds", _seconds(False),
+             "between attempts to acquire or renew the Lease", metavar="SECONDS"),
     _setting("log_level", "log.level", _choice(LOG_LEVELS), "", choices=LOG_LEVELS),
     _setting("log_format", "log.format", _choice(LOG_FORMATS),
              "json: one JSON object a line; text: for people; auto: text on a terminal, "

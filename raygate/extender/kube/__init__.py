@@ -5,7 +5,9 @@
     watch.py      the list/watch driver of one kind, with an injected retry policy
     source.py     one writer applying every kind's changes to the cache
     reviews.py    TokenReviews and SubjectAccessReviews (``raygate.extender.authz`` asks them)
+    leader.py     which replica acts: leadership of a Lease (``Leadership.leading()``)
+    lease.py      the Lease's attempts and release, over the client's leader election
 
-Only ``client.py`` and ``reviews.py`` talk to the API server; the driver and the writer
-are plain code over the ``Transport`` protocol, tested without sockets.
+Only ``client.py``, ``reviews.py`` and ``lease.py`` talk to the API server; the driver,
+the writer and ``leader.py`` are plain code over protocols, tested without sockets.
 """

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from raygate.extender.http.routes import Gate
 
 if TYPE_CHECKING:
+    from raygate.extender.kube.leader import Leadership
     from raygate.extender.state.cache import ClusterCache
     from raygate.extender.state.sync import KindReport
     from raygate.extender.tls import CertReloader
@@ -163,3 +164,22 @@ class AuthzCollector(Collector):
         for kind, count in sorted(self.counts.cache_hits.items()):
             hits.add_metric([kind], count)
         return [decisions, reviews, hits]
+
+
+class LeaderCollector(Collector):
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+
+    def collect(self) -> Iterable[Metric]:
+        leader = GaugeMetricFamily(
+            "raygate_leader",
+            "1 while this replica holds the leader election's Lease and may act (always 1 "
+            "without a cluster or with leader election off).")
+        leader.add_metric([], 1.0 if self.leadership.leading() else 0.0)
+        transitions = CounterMetricFamily(
+            "raygate_leader_transitions",
+            "Changes of this replica's leadership, by change: gained or lost.",
+            labels=["change"])
+        for change in ("gained", "lost"):
+            transitions.add_metric([change], self.leadership.transitions[change])
+        return [leader, transitions]

@@ -45,6 +45,7 @@ from raygate.extender.metrics.collectors import (
     AuthzCollector,
     AuthzCounts,
     CacheCollector,
+    LeaderCollector,
     LimitCollector,
     PodStates,
 )
@@ -52,6 +53,7 @@ from raygate.extender.version import build_labels
 from raygate.plugin.placement import Decision, Rule
 
 if TYPE_CHECKING:
+    from raygate.extender.kube.leader import Leadership
     from raygate.extender.state.cache import ClusterCache
     from raygate.extender.tls import CertReloader
 
@@ -360,6 +362,10 @@ class Metrics:
     def watch_config(self, counts: Mapping[str, int]) -> None:
         """Config file reloads by result (``ok``, ``failed``), read at scrape time."""
         self._limits.config_reloads = counts
+
+    def watch_leadership(self, leadership: Leadership) -> None:
+        """Whether this replica leads, and its changes of leadership, read at scrape time."""
+        self.registry.register(LeaderCollector(leadership))
 
     def exposition(self, _: bytes = b"") -> bytes:
         """The text exposition (the ``/metrics`` route's handler)."""

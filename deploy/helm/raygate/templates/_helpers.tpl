@@ -81,6 +81,22 @@ in mode second the sidecars of ray-scheduler (there is no raygate Deployment the
 {{- toYaml $config -}}
 {{- end }}
 
+{{/* The namespace of the leader election's Lease: config.server.leaderElection's, else
+the release's (raygate's default: its pod's namespace). */}}
+{{- define "raygate.leaseNamespace" -}}
+{{- .Values.config.server.leaderElection.leaseNamespace | default .Release.Namespace -}}
+{{- end }}
+
+{{/* The raygate container's environment: the leader election's identity (the pod's name,
+with a random suffix) and the Lease's default namespace, from the downward API. */}}
+{{- define "raygate.podEnv" -}}
+env:
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+{{- end }}
+
 {{/* Pod annotations: podAnnotations, and the checksum of what the pods read only at start
 (raygate.yaml's server:, and the extra document given, e.g. ray-scheduler's
 configuration), so that `helm upgrade` rolls them when it changes; policy: is reloaded in
