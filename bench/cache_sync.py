@@ -260,7 +260,7 @@ def _double_main(conn: Connection, n_nodes: int, n_pods: int) -> None:
 
     started = time.perf_counter()
     cluster = build_cluster(n_nodes, n_pods)
-    nodes, pods_collection = CORE
+    nodes, pods_collection = CORE[:2]
     rayclusters = CRDS[0]
     double = ApiServerDouble(TOKEN)
     double.install(rayclusters)

@@ -61,7 +61,7 @@ def _double_main(conn: Connection, n_nodes: int, n_pods: int, rate: float,
     from tests.apiserver import CORE, CRDS, ApiServerDouble
 
     cluster = build_cluster(n_nodes, n_pods)
-    nodes, pods = CORE
+    nodes, pods = CORE[:2]
     double = ApiServerDouble(TOKEN)
     double.install(CRDS[0])
     double.install(CRDS[1])  # PodGroups: served, none exist

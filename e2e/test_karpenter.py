@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from e2e import report
+from e2e.admission import RUNNING_OR_GONE, AdmissionRecorder
 from e2e.nodeclaims import NodeClaims
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, raycluster
 from e2e.scenario import Scenario, wait_until
@@ -66,6 +67,15 @@ def claims(scenario: Scenario, karpenter: Karpenter) -> Iterator[NodeClaims]:
     karpenter.delete_pools(f"{SCENARIO_LABEL}={scenario.name}")
 
 
+@pytest.fixture
+def admission(scenario: Scenario, reader_token: str) -> Iterator[AdmissionRecorder]:
+    """raygate's admission-status Watch of the scenario's namespace."""
+    recorder = AdmissionRecorder(scenario.testbed.raygate_grpc, reader_token,
+                                 scenario.namespace, scenario.started)
+    yield recorder
+    recorder.close()
+
+
 def floor_cluster(scenario: Scenario, pod_spec: dict[str, Any],
                   scheduler: str = "ray-scheduler") -> dict[str, Any]:
     """The head and a floor of two, 1 CPU each, every pod with ``pod_spec`` merged."""
@@ -86,10 +96,11 @@ def refused_by_raygate(pod: dict[str, Any]) -> bool:
                for c in pod["status"].get("conditions") or [])
 
 
-def test_karpenter_floor_tolerating_gpu(scenario: Scenario, claims: NodeClaims) -> None:
+def test_karpenter_floor_tolerating_gpu(scenario: Scenario, claims: NodeClaims,
+                                        admission: AdmissionRecorder) -> None:
     """Head and floor tolerate the GPU taint: Karpenter buys a GPU node for them, raygate
     refuses it to each, and Karpenter, which never asks raygate, says they should schedule
-    there and buys nothing else."""
+    there and buys nothing else. raygate's admission API says so: no node is coming."""
     scenario.create(floor_cluster(scenario, {"tolerations": [TOLERATE_GPU]}))
     claim = wait_until("Karpenter's first NodeClaim", claims.history, timeout=120)[0]
     wait_until(f"NodeClaim {claim.name} initialized (its node Ready)",
@@ -116,9 +127,15 @@ def test_karpenter_floor_tolerating_gpu(scenario: Scenario, claims: NodeClaims) 
         "the head and the floor stay Pending beside the idle GPU node"
     for name in names:
         assert any(f"nodeclaim/{claim.name}" in said for said in claims.nominated(name))
+        # Stranded: Karpenter counts the pod on the GPU node raygate refuses it.
+        admission.wait_for_state(name, "NoNodeComing", last=True, timeout=30)
+    status = admission.status(CLUSTER)
+    assert status is not None
+    assert all(g.scale_up.action == "hold" for g in status.groups), status.groups
     report.add("karpenter-1-tolerating", scenario.timeline(
         "Karpenter: head and floor tolerate the GPU taint (today: a GPU node raygate "
-        "refuses, nothing else)") + claims.timeline())
+        "refuses, nothing else; raygate says NoNodeComing)") + claims.timeline()
+        + admission.table())
 
 
 def test_karpenter_floor_not_gpu_affinity(scenario: Scenario, claims: NodeClaims) -> None:
@@ -178,3 +195,44 @@ def test_karpenter_marker_resource(scenario: Scenario, claims: NodeClaims,
     report.add("karpenter-3-marker", scenario.timeline(
         "Karpenter and the kube-scheduler-default setup: the webhook's raygate.io/managed "
         "request fits no instance type (today: no node)") + claims.timeline())
+
+
+def test_karpenter_node_provisioning_then_running(scenario: Scenario, claims: NodeClaims,
+                                                  admission: AdmissionRecorder) -> None:
+    """The not-GPU RayCluster: while Karpenter launches its CPU node, the admission API
+    says NodeProvisioning of each pod (naming the NodeClaim), then the pods run."""
+    scenario.create(floor_cluster(scenario, {"tolerations": [TOLERATE_GPU],
+                                             "affinity": NOT_GPU}))
+    pods = wait_until(f"the {PODS} Ray pods", lambda: (
+        pods if len(pods := ray_pods(scenario)) == PODS else None), timeout=120)
+    for name in (p["metadata"]["name"] for p in pods):
+        admission.wait_for_state(name, RUNNING_OR_GONE, last=True, timeout=180)
+        assert "NodeProvisioning" in admission.states(name), admission.states(name)
+    assert [h.instance_type for h in claims.history()] == ["cpu-4x"]
+    report.add("karpenter-4-provisioning", scenario.timeline(
+        "Karpenter launches a CPU node: raygate says NodeProvisioning, then the pods run")
+        + claims.timeline() + admission.table())
+
+
+def test_karpenter_no_instance_type_fits(scenario: Scenario, claims: NodeClaims,
+                                         admission: AdmissionRecorder) -> None:
+    """A worker asking 100 CPUs, which no instance type of any NodePool has: Karpenter
+    says it cannot schedule it, raygate says NoNodeComing and holds the group's
+    scale-up, quoting Karpenter."""
+    spec = {"tolerations": [TOLERATE_GPU], "affinity": NOT_GPU}
+    big = Group("big", 1, "100", min=1, max=1, pod_spec=spec)
+    scenario.create(raycluster(CLUSTER, scenario.namespace, scenario.name, [big],
+                               head_cpu="1", head_pod_spec=spec, autoscaling=False))
+    worker = wait_until("the big worker", lambda: next(
+        (p["metadata"]["name"] for p in ray_pods(scenario)
+         if p["metadata"]["labels"].get("ray.io/group") == "big"), None), timeout=120)
+    admission.wait_for_state(worker, "NoNodeComing", last=True, timeout=120)
+    status = admission.status(CLUSTER)
+    assert status is not None
+    pod = next(p for p in status.pods if p.name == worker)
+    assert "Karpenter will not launch a node for it" in pod.reason, pod.reason
+    group = next(g for g in status.groups if g.name == "big")
+    assert group.scale_up.action == "hold" and "Karpenter" in group.scale_up.reason
+    report.add("karpenter-5-no-fit", scenario.timeline(
+        "Karpenter: a 100-CPU worker no instance type fits; raygate says NoNodeComing")
+        + claims.timeline() + admission.table())

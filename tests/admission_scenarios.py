@@ -11,7 +11,17 @@ import copy
 from typing import Self
 
 from raygate.plugin.native import GATE
-from tests.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster, uid_for
+from tests.builders import (
+    T0_EPOCH,
+    Obj,
+    iso,
+    make_event,
+    make_node,
+    make_nodeclaim,
+    make_pod,
+    make_raycluster,
+    uid_for,
+)
 
 # kube-scheduler's and Volcano's words.
 INSUFFICIENT_CPU = "0/5 nodes are available: 5 Insufficient cpu."
@@ -30,6 +40,17 @@ VOLCANO_ALLOCATED = ("Pod ray/x can possibly be assigned to cpu-node-1, once min
 VOLCANO_PIPELINED = ("Pod ray/x can possibly be assigned to cpu-node-1, once resource is "
                      "released and minAvailable is satisfied")
 CORDONED = "0/3 nodes are available: 3 node(s) were unschedulable."
+# The node autoscalers' words: Karpenter v1.15 (scheduling/events.go, scheduler.go,
+# nodeclaim.go), Cluster Autoscaler (processors/status/eventing_scale_up_processor.go).
+NOMINATED_CLAIM = "Pod should schedule on: nodeclaim/default-x7k2p"
+KARPENTER_NO_FIT = ("Failed to schedule pod, incompatible requirements, key "
+                    "nvidia.com/gpu.present, nvidia.com/gpu.present NotIn [true] not in "
+                    "nvidia.com/gpu.present In [true]; no instance type has enough resources, "
+                    'requirements=karpenter.sh/nodepool In [default], resources={"cpu":"100"}')
+CA_TRIGGERED = "pod triggered scale-up: [{cpu-pool 0->1 (max: 10)}]"
+CA_NOT_TRIGGERED = ("pod didn't trigger scale-up: 2 Insufficient cpu, 1 node(s) didn't "
+                    "match Pod's node affinity/selector")
+NO_NODES = "0/0 nodes are available: no nodes available to schedule pods."
 
 
 def at(seconds: float) -> str:
@@ -250,6 +271,40 @@ def no_gang() -> list[Obj]:
     ]
 
 
+def node_autoscaler() -> list[Obj]:
+    """Karpenter and Cluster Autoscaler events on pods kube-scheduler refused: a node
+    coming, none coming, the stranded floor worker, and events that no longer count."""
+    def pending(name: str, group: str, message: str = INSUFFICIENT_CPU) -> Obj:
+        return make_pod(name).ray("auto", group).condition(*unschedulable(message)).obj()
+
+    pods = {n: pending(n, g) for n, g in (
+        ("auto-launching", "karp"), ("auto-claim-gone", "karp"), ("auto-stale", "karp"),
+        ("auto-not-karpenter", "karp"), ("auto-no-pool", "nopool"), ("auto-ca-up", "ca"),
+        ("auto-ca-no", "cano"))}
+    pods["auto-stranded"] = pending("auto-stranded", "floor", NO_NODES)
+    return [
+        make_raycluster("auto").group("karp", max=10).group("nopool", max=10)
+        .group("ca", max=10).group("cano", max=10).group("floor", replicas=1, min=1, max=1)
+        .obj(),
+        running("auto-head", "auto", "headgroup"), *pods.values(),
+        make_node("gpu-1").gpus(1).obj(),
+        make_nodeclaim("default-x7k2p"), make_nodeclaim("gpu-c1", "gpu-1"),
+        make_event(pods["auto-launching"], "Nominated", NOMINATED_CLAIM, at=at(-20)),
+        make_event(pods["auto-claim-gone"], "Nominated",
+                   "Pod should schedule on: nodeclaim/default-gone", at=at(-20)),
+        make_event(pods["auto-stale"], "Nominated", NOMINATED_CLAIM, at=at(-31)),
+        make_event(pods["auto-not-karpenter"], "FailedScheduling", INSUFFICIENT_CPU,
+                   at=at(-20), component="default-scheduler"),
+        make_event(pods["auto-no-pool"], "FailedScheduling", KARPENTER_NO_FIT, at=at(-20)),
+        make_event(pods["auto-ca-up"], "TriggeredScaleUp", CA_TRIGGERED, at=at(-20),
+                   component="cluster-autoscaler"),
+        make_event(pods["auto-ca-no"], "NotTriggerScaleUp", CA_NOT_TRIGGERED, at=at(-20),
+                   component="cluster-autoscaler"),
+        make_event(pods["auto-stranded"], "Nominated",
+                   "Pod should schedule on: nodeclaim/gpu-c1", at=at(-20)),
+    ]
+
+
 SCENARIOS = {
     "inqueue-gang": inqueue_gang,
     "waiting-for-capacity": waiting_for_capacity,
@@ -258,12 +313,13 @@ SCENARIOS = {
     "kueue-admitted": kueue_admitted,
     "kueue-waiting": kueue_waiting,
     "no-gang": no_gang,
+    "node-autoscaler": node_autoscaler,
 }
 """Every scenario by name."""
 
 CLUSTERS = {"inqueue-gang": "queued", "waiting-for-capacity": "demo", "preempted": "demo",
             "stuck": "lonely", "kueue-admitted": "kq", "kueue-waiting": "kw",
-            "no-gang": "plain"}
+            "no-gang": "plain", "node-autoscaler": "auto"}
 
 EXPECTED_PODS: list[tuple[str, str, str, str, str]] = [
     # (scenario, pod, state, the POD_RULES row that decides it, advice)
@@ -296,4 +352,14 @@ EXPECTED_PODS: list[tuple[str, str, str, str, str]] = [
     ("no-gang", "plain-taint-generic", "Unschedulable", "constraints", "keep"),
     ("no-gang", "plain-drained", "Evicted", "disruption-target", "replace"),
     ("no-gang", "plain-cordoned", "Unschedulable", "unschedulable-other", "keep"),
+    ("node-autoscaler", "auto-launching", "NodeProvisioning", "node-coming", "keep"),
+    ("node-autoscaler", "auto-claim-gone", "WaitingForCapacity", "insufficient-resources",
+     "keep"),
+    ("node-autoscaler", "auto-stale", "WaitingForCapacity", "insufficient-resources", "keep"),
+    ("node-autoscaler", "auto-not-karpenter", "WaitingForCapacity", "insufficient-resources",
+     "keep"),
+    ("node-autoscaler", "auto-no-pool", "NoNodeComing", "no-node-coming", "keep"),
+    ("node-autoscaler", "auto-ca-up", "NodeProvisioning", "node-coming", "keep"),
+    ("node-autoscaler", "auto-ca-no", "NoNodeComing", "no-node-coming", "keep"),
+    ("node-autoscaler", "auto-stranded", "NoNodeComing", "no-node-coming", "keep"),
 ]

@@ -107,12 +107,14 @@ class Collection:
         return f"/apis/{self.group}/{self.version}/{self.plural}"
 
 
-CORE = (Collection("Node", "", "v1", "nodes"), Collection("Pod", "", "v1", "pods"))
+CORE = (Collection("Node", "", "v1", "nodes"), Collection("Pod", "", "v1", "pods"),
+        Collection("Event", "", "v1", "events"))
 CRDS = (
     Collection("RayCluster", "ray.io", "v1", "rayclusters"),
     Collection("PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups"),
     Collection("Workload", "kueue.x-k8s.io", "v1beta2", "workloads"),
     Collection("Workload", "kueue.x-k8s.io", "v1beta1", "workloads"),
+    Collection("NodeClaim", "karpenter.sh", "v1", "nodeclaims"),
 )
 
 

@@ -245,6 +245,32 @@ def make_raycluster(name: str, namespace: str = "ray") -> RayClusterBuilder:
     return RayClusterBuilder(name, namespace)
 
 
+def make_event(pod: Obj, reason: str, message: str, *, at: str = T0,
+               component: str = "karpenter") -> Obj:
+    """A core/v1 Event about ``pod`` as a legacy recorder writes it (Karpenter's and
+    Cluster Autoscaler's): ``source.component``, first and last timestamps."""
+    meta = pod["metadata"]
+    name = f"{meta['name']}.{reason.lower()}"
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": meta["namespace"],
+                         "uid": uid_for("Event", meta["namespace"], name)},
+            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta["uid"]},
+            "reason": reason, "message": message, "source": {"component": component},
+            "firstTimestamp": at, "lastTimestamp": at, "count": 1,
+            "type": "Warning" if reason == "FailedScheduling" else "Normal"}
+
+
+def make_nodeclaim(name: str, node: str = "", *, deleting: bool = False) -> Obj:
+    """A Karpenter NodeClaim, with the node it registered (if any)."""
+    claim: Obj = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                  "metadata": {"name": name, "uid": uid_for("NodeClaim", "", name)},
+                  "spec": {}, "status": {"nodeName": node} if node else {}}
+    if deleting:
+        claim["metadata"]["deletionTimestamp"] = T0
+    return claim
+
+
 def object_list(*objects: Obj) -> Obj:
     """A ``kind: List`` as ``kubectl get -o json`` prints it."""
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},

@@ -83,7 +83,8 @@ def test_rule_names_are_unique_and_the_last_rules_apply_to_everything() -> None:
 def test_advice_follows_the_issue() -> None:
     keep = {s for s, (action, _) in POD_ADVICE.items() if action is PodAction.KEEP}
     assert keep == {PodState.STARTING, PodState.WAITING_FOR_GANG_ADMISSION,
-                    PodState.WAITING_FOR_CAPACITY, PodState.UNSCHEDULABLE, PodState.PREEMPTED}
+                    PodState.WAITING_FOR_CAPACITY, PodState.NODE_PROVISIONING,
+                    PodState.NO_NODE_COMING, PodState.UNSCHEDULABLE, PodState.PREEMPTED}
     replace_ = {s for s, (action, _) in POD_ADVICE.items() if action is PodAction.REPLACE}
     assert replace_ == {PodState.STUCK, PodState.EVICTED}
 

@@ -193,16 +193,20 @@ def _grants(role: Obj) -> set[tuple[str, str, str]]:
 READ = ("get", "list", "watch")
 FOLLOWED = {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
             ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
+WATCHED_ONLY = {("", "events"), ("karpenter.sh", "nodeclaims")}
 
 
 def test_raygate_reads_and_writes_only_pod_annotations_and_its_budgets() -> None:
-    """Read the kinds the cache follows, patch pods (the stale-refusal annotation), keep
+    """Read the kinds the cache follows (the node autoscalers' pod events and NodeClaims
+    with list and watch alone), patch pods (the stale-refusal annotation), keep
     the floors' PodDisruptionBudgets (server-side apply: create and patch; list at
     start; delete) and create the two reviews of --authz (which the API server answers
     and never stores): nothing more — no get or watch on budgets, no update of
     RayClusters' finalizers (blockOwnerDeletion is false)."""
     role = find(render(DEPLOY / "base"), "ClusterRole", "raygate")
     assert _grants(role) == {(g, r, v) for g, r in FOLLOWED for v in READ} | {
+        # Events and NodeClaims: list and watch only (the cache never GETs one).
+        *{(g, r, v) for g, r in WATCHED_ONLY for v in ("list", "watch")},
         ("", "pods", "patch"),
         *{("policy", "poddisruptionbudgets", v) for v in ("list", "create", "patch",
                                                           "delete")},

@@ -146,7 +146,7 @@ def test_serve_follows_the_cluster_of_a_kubeconfig_and_stops_on_sigterm(
             time.sleep(0.05)
         body = reply.json()
         assert body["objects"]["pods"] == 1 and body["kinds"]["Pod"]["synced"]
-        assert sorted(body["absent"]) == ["PodGroup", "Workload"]
+        assert sorted(body["absent"]) == ["NodeClaim", "PodGroup", "Workload"]
         assert body["source"].startswith(f"cluster {double.url}")
     finally:
         process.send_signal(signal.SIGTERM)

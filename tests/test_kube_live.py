@@ -29,11 +29,18 @@ from raygate.extender.state.snapshot import Snapshot
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import GroupKey
 from tests.apiserver import CORE, CRDS, ApiServerDouble, kubeconfig_text
-from tests.builders import Obj, make_node, make_pod, make_raycluster
+from tests.builders import (
+    Obj,
+    make_event,
+    make_node,
+    make_nodeclaim,
+    make_pod,
+    make_raycluster,
+)
 from tests.conftest import FakeClock, ServerThread, post_json
 
-NODES, PODS = CORE
-RAYCLUSTERS, PODGROUPS, WORKLOADS_V1BETA2, WORKLOADS_V1BETA1 = CRDS
+NODES, PODS, EVENTS = CORE
+RAYCLUSTERS, PODGROUPS, WORKLOADS_V1BETA2, WORKLOADS_V1BETA1, NODECLAIMS = CRDS
 WAIT = 20.0  # seconds: generous, only spent when something is broken
 
 FAST = WatchSettings(page_size=2, rediscover_seconds=0.05, request_timeout=10.0,
@@ -115,7 +122,7 @@ def double_state(double: ApiServerDouble) -> dict[str, dict[Any, str]]:
         for (namespace, name), obj in double.objects(collection).items():
             meta = obj["metadata"]
             key: Any = meta["uid"] if collection.kind == "Pod" else (
-                name if collection.kind == "Node" else (namespace, name))
+                name if collection.kind in ("Node", "NodeClaim") else (namespace, name))
             out[collection.kind][key] = meta["resourceVersion"]
     return out
 
@@ -177,8 +184,8 @@ def test_initial_sync_in_pages_then_readyz_reports_each_kind(live: Live) -> None
         assert reply.status_code == 200
         body = reply.json()
         assert body["objects"] == {"nodes": 3, "pods": 4, "rayclusters": 1, "podgroups": 0,
-                                   "workloads": 0}
-        assert body["absent"] == ["Workload"]
+                                   "workloads": 0, "events": 0, "nodeclaims": 0}
+        assert body["absent"] == ["Workload", "NodeClaim"]
         kinds = body["kinds"]
         assert kinds["Pod"]["synced"] and kinds["Pod"]["objects"] == 4
         assert kinds["Pod"]["resource"] == "pods.v1"
@@ -226,7 +233,7 @@ def test_a_dropped_watch_resumes_without_a_relist(live: Live) -> None:
     populate(live.double)
     live.start()
     lists, watches = live.double.list_requests(PODS), live.double.watch_requests(PODS)
-    assert live.double.drop_watches() == 4
+    assert live.double.drop_watches() == 5  # nodes, pods, events and two CRDs
     live.double.create(worker("rc-workers-c", "cpu-1"))
     live.wait_snapshot(lambda s: any(p.name == "rc-workers-c" for p in s.pods_on_node("cpu-1")),
                        "the event after the drop")
@@ -296,7 +303,8 @@ def test_a_crd_absent_at_start_is_followed_once_installed_and_dropped_when_delet
 ) -> None:
     populate(live.double)
     live.start()
-    assert live.cache.sync is not None and live.cache.sync.absent() == ["Workload"]
+    assert live.cache.sync is not None
+    assert live.cache.sync.absent() == ["Workload", "NodeClaim"]
     live.double.install(WORKLOADS_V1BETA1)  # an older Kueue: v1beta1 only
     live.double.create({
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
@@ -308,12 +316,12 @@ def test_a_crd_absent_at_start_is_followed_once_installed_and_dropped_when_delet
     live.wait_snapshot(lambda s: len(s.workloads_of("ray", "rc")) == 1, "the new CRD's object")
     assert live.cache.snapshot.workloads_of("ray", "rc")[0].api_version == (
         "kueue.x-k8s.io/v1beta1")
-    assert live.cache.sync.absent() == []
+    assert live.cache.sync.absent() == ["NodeClaim"]
     assert live.kind("Workload").resource == "workloads.v1beta1.kueue.x-k8s.io"
     live.double.uninstall(WORKLOADS_V1BETA1)
     live.wait_snapshot(lambda s: s.counts()["workloads"] == 0, "the CRD's objects to go")
-    live.wait(lambda: live.cache.sync is not None and live.cache.sync.absent() == ["Workload"],
-              "Workload absent again")
+    live.wait(lambda: live.cache.sync is not None
+              and live.cache.sync.absent() == ["Workload", "NodeClaim"], "Workload absent again")
     assert live.cache.ready
 
 
@@ -401,7 +409,7 @@ def test_a_wrong_token_is_an_error_reported_per_kind(tmp_path: Path) -> None:
 def test_stop_closes_every_watch(live: Live) -> None:
     populate(live.double)
     source = live.start()
-    assert live.double.open_watches() == 4
+    assert live.double.open_watches() == 5
     source.stop()
     live.wait(lambda: live.double.open_watches() == 0, "the watches to close")
     assert not any(t.is_alive() for t in source._threads)
@@ -451,3 +459,26 @@ def test_an_unreachable_api_server_is_one_line_until_it_answers(
                 if r.levelno >= logging.WARNING] == ["no answer from the API server"]
     finally:
         live.stop()
+
+
+def test_only_the_node_autoscalers_pod_events_reach_the_cache(live: Live) -> None:
+    """Pod events are asked with ``involvedObject.kind=Pod``; of those, the cache keeps
+    Karpenter's and Cluster Autoscaler's words about Ray pods, and follows NodeClaims
+    once their CRD is served."""
+    populate(live.double)
+    pending = worker("rc-workers-p")
+    live.double.create(pending)
+    live.start()
+    live.double.create(make_event(pending, "Pulling", 'Pulling image "ray"',
+                                  component="kubelet"))
+    live.double.create(make_event(pending, "Nominated",
+                                  "Pod should schedule on: nodeclaim/default-x7k2p"))
+    live.wait_snapshot(lambda s: s.pod_event(pending["metadata"]["uid"]) is not None,
+                       "Karpenter's event")
+    assert live.cache.snapshot.counts()["events"] == 1
+    assert all(query.get("fieldSelector") == "involvedObject.kind=Pod"
+               for path, query in live.double.requests if path == EVENTS.path)
+    live.double.install(NODECLAIMS)
+    live.double.create(make_nodeclaim("default-x7k2p"))
+    live.wait_snapshot(lambda s: s.follows_node_claims() and s.node_claim("default-x7k2p")
+                       is not None, "the NodeClaim")

@@ -134,6 +134,34 @@ def test_advice_over_either_transport(server: ServerThread, clock: FakeClock,
     assert lonely.pods["lonely-unbound"].reason
 
 
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_a_node_coming_keeps_the_pod_and_none_coming_is_warned_once_per_change(
+        server: ServerThread, clock: FakeClock, advisors: list[Advisor], transport: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="raygate.autoscaler")
+    url = (server.url if transport == "http"
+           else f"grpc://127.0.0.1:{server.server.grpc_port}")
+    server.publish(*sc.node_autoscaler())
+    made = Advisor(AutoscalerSettings(url, WAIT, 0.0), "ray", "auto", clock=clock)
+    advisors.append(made)
+    auto = made.current()
+    assert auto is not None
+    assert {p: (a.action, a.state) for p, a in auto.pods.items()
+            if a.state in ("NodeProvisioning", "NoNodeComing")} == {
+        "auto-launching": ("keep", "NodeProvisioning"),
+        "auto-ca-up": ("keep", "NodeProvisioning"),
+        "auto-no-pool": ("keep", "NoNodeComing"), "auto-ca-no": ("keep", "NoNodeComing"),
+        "auto-stranded": ("keep", "NoNodeComing")}
+    assert {"nopool", "cano", "floor"} <= set(auto.held) and "ca" not in auto.held
+    for _ in range(3):  # polls that change nothing log nothing
+        clock.now += 1
+        assert made.current() is not None
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 3
+    assert any("no node is coming for pending worker ray/auto-no-pool" in w
+               and "no instance type has enough resources" in w for w in warned)
+
+
 class Counting:
     """``connect`` that counts the requests its clients make."""
 

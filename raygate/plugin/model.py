@@ -21,8 +21,10 @@ __all__ = [
     "ContainerResources",
     "GroupKey",
     "NodeAffinityShape",
+    "NodeClaimView",
     "NodeView",
     "OwnerRef",
+    "PodEventView",
     "PodGroupView",
     "PodView",
     "PreemptionRecord",
@@ -253,6 +255,33 @@ class PreemptionRecord:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class PodEventView:
+    """An Event a node autoscaler wrote about a pod (core/v1, ``involvedObject`` a Pod):
+    only those ``raygate.plugin.admission.autoscalers`` reads are kept."""
+
+    namespace: str
+    name: str
+    """The Event's own name."""
+    pod_uid: str
+    reason: str
+    message: str = ""
+    component: str = ""
+    """Who wrote it: ``source.component``, else ``reportingComponent``."""
+    at: float | None = None
+    """When it was last seen (a repeated event is one object whose time moves on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClaimView:
+    """A Karpenter NodeClaim (karpenter.sh/v1): a node being launched or launched."""
+
+    name: str
+    node_name: str = ""
+    """The node it brought, once registered."""
+    deleting: bool = False
+
+
 class ClusterView(Protocol):
     """What the policy may ask of the cluster. ``raygate.extender``'s snapshot implements it.
 
@@ -304,4 +333,14 @@ class ClusterView(Protocol):
         """Kueue Workloads whose controller owner is the RayCluster ``cluster``."""
         ...
 
+    def pod_event(self, uid: str) -> PodEventView | None:
+        """The latest node-autoscaler event about the pod ``uid`` the cache holds."""
+        ...
 
+    def node_claim(self, name: str) -> NodeClaimView | None:
+        ...
+
+    def follows_node_claims(self) -> bool:
+        """Whether NodeClaims are known (Karpenter's CRD served): when not, a NodeClaim
+        that ``node_claim`` does not find may exist all the same."""
+        ...

@@ -37,6 +37,8 @@ log = logging.getLogger("raygate.autoscaler")
 KEEP = "keep"
 REPLACE = "replace"
 HOLD = "hold"
+NODE_PROVISIONING = "NodeProvisioning"
+NO_NODE_COMING = "NoNodeComing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,9 @@ class PodAdvice:
     state: str
     """Why the pod is not running (``WaitingForCapacity``, ``Stuck``, ...)."""
     reason: str
+    """Why the action."""
+    why: str = ""
+    """Why the state, in raygate's words (quoting the scheduler or the node autoscaler)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +68,7 @@ class Advice:
     def of(status: AdmissionStatus) -> Advice:
         # An action this version does not know (a newer raygate; "Unknown" from gRPC) is
         # no advice, never a guess.
-        pods = {p.name: PodAdvice(p.advice.action, p.state, p.advice.reason)
+        pods = {p.name: PodAdvice(p.advice.action, p.state, p.advice.reason, p.reason)
                 for p in status.pods if p.advice.action in (KEEP, REPLACE)}
         held = {g.name: g.scale_up.reason for g in status.groups if g.scale_up.action == HOLD}
         return Advice(status.metadata.version, MappingProxyType(pods), MappingProxyType(held))
@@ -131,6 +136,8 @@ class Advisor:
         self._advice: Advice | None = None
         self._fetched_at = 0.0
         self._answering: bool | None = None  # None: not asked yet
+        self._outlook: dict[str, str] = {}
+        """The node-autoscaler state last logged per pending pod (``note_outlook``)."""
 
     def current(self) -> Advice | None:
         """The advice to act on in this loop; ``None``: act as the stock autoscaler."""
@@ -163,7 +170,28 @@ class Advisor:
                      extra=about(namespace=self.namespace, raycluster=self.name))
         self._answering = True
         self._advice, self._fetched_at = advice, now
+        self.note_outlook(advice)
         return advice
+
+    def note_outlook(self, advice: Advice) -> None:
+        """Log once per pod and change (not per poll) whether a node autoscaler brings a
+        node for it: a warning, naming the autoscaler's reason, when none comes (the pod
+        is kept all the same: a new one would get none either)."""
+        where = about(namespace=self.namespace, raycluster=self.name)
+        outlook = {pod: a.state for pod, a in advice.pods.items()
+                   if a.state in (NODE_PROVISIONING, NO_NODE_COMING)}
+        for pod, state in outlook.items():
+            if self._outlook.get(pod) == state:
+                continue
+            reason = advice.pods[pod].why
+            if state == NO_NODE_COMING:
+                log.warning("raygate: no node is coming for pending worker %s/%s; keeping it "
+                            "(a new pod would get none either): %s", self.namespace, pod,
+                            reason, extra=where)
+            else:
+                log.info("raygate: a node is coming for pending worker %s/%s; keeping it: "
+                         "%s", self.namespace, pod, reason, extra=where)
+        self._outlook = outlook
 
     def _fetch(self) -> Advice:
         if self._client is None:

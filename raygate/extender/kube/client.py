@@ -318,7 +318,7 @@ class KubeTransport(Writes):
         # No resourceVersion: a consistent read of the latest state (from etcd, or from
         # the watch cache when it is known to be fresh); with a continue token, the next
         # page of that same state.
-        query = [("limit", str(limit))]
+        query = [("limit", str(limit)), *_selected(served)]
         if continue_:
             query.append(("continue", continue_))
         response = self._get(served.path, query, (self.request_timeout, self.request_timeout))
@@ -334,6 +334,12 @@ class KubeTransport(Writes):
             ("allowWatchBookmarks", "true"),
             # The API server ends the watch after this many seconds (cleanly).
             ("timeoutSeconds", str(timeout_seconds)),
+            *_selected(served),
         ]
         response = self._get(served.path, query, (self.request_timeout, self.read_timeout))
         return _Stream(response, self._decoders_for(served))
+
+
+def _selected(served: Served) -> list[tuple[str, str]]:
+    selector = served.resource.field_selector
+    return [("fieldSelector", selector)] if selector else []

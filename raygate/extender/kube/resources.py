@@ -1,6 +1,6 @@
 """The kinds raygate lists and watches, and how each maps to the cache.
 
-Core kinds (Node, Pod) are always served. The custom resources may not be installed:
+Core kinds (Node, Pod, Event) are always served. The custom resources may not be installed:
 each is looked up by discovery, in order of preference of its versions, before it is
 listed; a kind that is not served is reported absent and looked up again later.
 """
@@ -34,6 +34,11 @@ class Resource:
     """Wire object to the policy's view (``raygate.extender.state.convert``)."""
     crd: bool = False
     """A custom resource: may be absent from the cluster, found by discovery."""
+    field_selector: str = ""
+    """Asked of the API server on LIST and WATCH: only the objects that match come."""
+    keep: Callable[[Any], bool] | None = None
+    """Of the wire objects that come, those the cache holds (None: all); the others are
+    dropped before they are converted."""
 
     def served(self, version: str) -> Served:
         return Served(self, version)
@@ -85,4 +90,11 @@ RESOURCES: tuple[Resource, ...] = (
     # v1beta2 is Kueue's storage version since 0.16; older installs serve only v1beta1.
     Resource(keys.WORKLOAD, "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads",
              kube.Workload, convert.workload_view, crd=True),
+    # What node autoscalers said of pods. One watch of every pod Event, the few reasons
+    # read picked here (``keep``): a field selector cannot say "any of four reasons", and
+    # four watches, one per reason, would be four LISTs and streams to get the same.
+    Resource(keys.EVENT, "", ("v1",), "events", kube.Event, convert.event_view,
+             field_selector="involvedObject.kind=Pod", keep=convert.wanted_event),
+    Resource(keys.NODECLAIM, "karpenter.sh", ("v1",), "nodeclaims", kube.NodeClaim,
+             convert.nodeclaim_view, crd=True),
 )

@@ -25,6 +25,7 @@ from raygate.extender.kube.reachability import Reachability
 from raygate.extender.kube.resources import RESOURCES, Resource
 from raygate.extender.kube.transport import Transport, WatchSettings
 from raygate.extender.kube.watch import DELETED, KindWatcher
+from raygate.extender.state.autoscaling import ORPHAN_SECONDS
 from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.editor import SnapshotEditor, reconfigured
 from raygate.extender.state.keys import ObjectKey, View
@@ -198,13 +199,15 @@ class CacheWriter:
             batch.listed.add(kind)
             batch.big = batch.big or len(message.items) >= FREEZE_AFTER
         else:
-            editor.replace(kind, ())
+            editor.absent(kind)
 
     def _finish(self, batch: _Batch) -> None:
         started = time.thread_time()
         if time.monotonic() - self._pruned_at >= PRUNE_EVERY:
             window = self._state.config.thrash_guard_seconds
             batch.editor.forget_preemptions_before(self.wall_clock() - max(window, 0.0))
+            if self.sync.ready():  # every kind listed: an event's pod is held by now
+                batch.editor.forget_events(self.wall_clock() - ORPHAN_SECONDS)
             self._pruned_at = time.monotonic()
         state = batch.editor.finish()
         if batch.policy is not None:

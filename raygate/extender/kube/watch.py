@@ -285,14 +285,16 @@ class KindWatcher:
                     self.resource_version = line.meta.resource_version
                 return
             meta = line.obj.metadata
+            if meta.resource_version:
+                self.resource_version = meta.resource_version
+            if not self._kept(line.obj):
+                return  # not an object the cache holds, before or after this event
             key = object_key(self.kind, meta.namespace, meta.name, meta.uid)
             # A DELETED event carries the object's last state: its key is all that counts.
             # A version raygate cannot read (view None) removes the one it holds rather
             # than keep answering from a state the object has left.
             view = None if type_ == DELETED else self._view(line.obj)
             self.sink.change(self.kind, type_, key, meta.resource_version, view)
-            if meta.resource_version:
-                self.resource_version = meta.resource_version
         elif type_ == BOOKMARK:
             # A BOOKMARK carries only metadata.resourceVersion: every change up to it has
             # been sent, so a watch can resume from it.
@@ -322,7 +324,13 @@ class KindWatcher:
             return None
         return view
 
+    def _kept(self, obj: Any) -> bool:
+        keep = self.resource.keep
+        return keep is None or keep(obj)
+
     def _item(self, obj: Any, held: Snapshot) -> tuple[str, View] | None:
+        if not self._kept(obj):
+            return None
         meta = obj.metadata
         version = meta.resource_version
         entry = held.version_of(self.kind, object_key(self.kind, meta.namespace, meta.name,

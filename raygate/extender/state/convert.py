@@ -19,13 +19,16 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from raygate.extender.wire import kube
+from raygate.plugin.admission.autoscalers import wanted
 from raygate.plugin.model import (
     EMPTY,
     Condition,
     ContainerResources,
     NodeAffinityShape,
+    NodeClaimView,
     NodeView,
     OwnerRef,
+    PodEventView,
     PodGroupView,
     PodView,
     RayClusterView,
@@ -39,11 +42,14 @@ __all__ = [
     "POD_CONDITIONS",
     "ConversionError",
     "PodViews",
+    "event_view",
     "node_view",
+    "nodeclaim_view",
     "pod_view",
     "podgroup_view",
     "raycluster_view",
     "timestamp",
+    "wanted_event",
     "workload_view",
 ]
 
@@ -322,3 +328,38 @@ def workload_view(wl: kube.Workload, path: str = "$") -> WorkloadView:
         pods=(sum(max(0, ps.count or 0) for ps in wl.spec.pod_sets)
               if wl.spec.pod_sets is not None else None),
     )
+
+
+def event_view(event: kube.Event, path: str = "$") -> PodEventView:
+    """A pod's Event. Its time is when it was last seen: ``series.lastObservedTime``
+    (events.k8s.io writers), ``lastTimestamp`` (core/v1 recorders, which count repeats
+    on one object), ``eventTime``, then ``firstTimestamp``."""
+    series = event.series.last_observed_time if event.series is not None else None
+    for field, value in (("series.lastObservedTime", series),
+                         ("lastTimestamp", event.last_timestamp),
+                         ("eventTime", event.event_time),
+                         ("firstTimestamp", event.first_timestamp)):
+        if value:
+            at = timestamp(value, f"{path}.{field}")
+            break
+    else:
+        at = None
+    return PodEventView(
+        namespace=event.metadata.namespace, name=event.metadata.name,
+        pod_uid=event.involved_object.uid, reason=event.reason, message=event.message,
+        component=event_component(event), at=at)
+
+
+def wanted_event(event: kube.Event) -> bool:
+    """Is this one of the pod events the cache holds (``autoscalers.wanted``)?"""
+    return wanted(event.reason, event_component(event), event.message)
+
+
+def event_component(event: kube.Event) -> str:
+    source = event.source.component if event.source is not None else ""
+    return source or event.reporting_component
+
+
+def nodeclaim_view(claim: kube.NodeClaim, path: str = "$") -> NodeClaimView:
+    return NodeClaimView(name=claim.metadata.name, node_name=claim.status.node_name or "",
+                         deleting=bool(claim.metadata.deletion_timestamp))

@@ -10,8 +10,11 @@ from typing import Any, cast
 import msgspec
 from immutables import Map
 
+from raygate.extender.state.autoscaling import AUTOSCALER_KINDS, AutoscalerTables
 from raygate.extender.state.keys import (
+    KINDS,
     NODE,
+    NODECLAIM,
     POD,
     PODGROUP,
     RAYCLUSTER,
@@ -24,13 +27,16 @@ from raygate.extender.state.keys import (
     pod_key,
 )
 from raygate.extender.state.maps import _Flat, _Nested
+from raygate.extender.state.records import fix_on, forget_before
 from raygate.extender.state.snapshot import Changes, Snapshot, _serials
 from raygate.extender.wire.scheduler import HostPriority
 from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_record
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     GroupKey,
+    NodeClaimView,
     NodeView,
+    PodEventView,
     PodGroupView,
     PodView,
     PreemptionRecord,
@@ -50,9 +56,10 @@ def build_snapshot(objects: ClusterObjects, config: PolicyConfig) -> Snapshot:
     editor = SnapshotEditor(Snapshot.empty(config), whole=True)
     views: Iterable[View]
     for views in (objects.nodes, objects.pods, objects.rayclusters, objects.podgroups,
-                  objects.workloads):
+                  objects.workloads, objects.events, objects.node_claims):
         for view in views:
             editor.upsert(view)
+    editor.autoscaling.follows_claims = bool(objects.node_claims)
     snap = editor.finish()
     snap._ignored = Counter(objects.ignored)
     snap.__dict__["objects"] = objects  # what the cached property would rebuild
@@ -65,7 +72,8 @@ def reconfigured(snapshot: Snapshot, config: PolicyConfig) -> Snapshot:
     over, so a later re-list keeps the views it finds unchanged."""
     editor = SnapshotEditor(Snapshot.empty(config), whole=True)
     editor.remember(r for records in snapshot._preemptions.values() for r in records)
-    for kind in (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD):
+    editor.autoscaling.follows_claims = snapshot._follows_claims
+    for kind in KINDS:
         for resource_version, view in snapshot._primary(kind).values():
             editor.upsert(view, resource_version)
     snap = editor.finish()
@@ -97,6 +105,7 @@ class SnapshotEditor:
         self._podgroups = _Flat(base._podgroups, track=True)
         self._workloads = _Flat(base._workloads)
         self._workloads_of = _Nested(base._workloads_of)
+        self.autoscaling = AutoscalerTables(base)
         # Copied on the first change of a node's class or of the node set.
         self._gpu: dict[str, bool] | None = None
         self._entries: dict[str, bytes] | None = None
@@ -117,11 +126,15 @@ class SnapshotEditor:
             self._rayclusters.set((view.namespace, view.name), (resource_version, view))
         elif isinstance(view, PodGroupView):
             self._podgroups.set((view.namespace, view.name), (resource_version, view))
+        elif isinstance(view, PodEventView | NodeClaimView):
+            self.autoscaling.upsert(view, resource_version, self._pods)
         else:
             self._upsert_workload(view, resource_version)
 
     def delete(self, kind: str, key: ObjectKey) -> bool:
         """Remove the object ``key`` of ``kind``; False when it was not there."""
+        if kind in AUTOSCALER_KINDS:
+            return self.autoscaling.delete(kind, key)
         if kind == POD:
             uid = cast(str, key)
             old_pod = self._pods.pop(uid)
@@ -154,6 +167,7 @@ class SnapshotEditor:
         deleted)."""
         if kind == POD and not len(self._pods):
             return self._load_pods(items), 0
+        self.autoscaling.follows_claims |= kind == NODECLAIM
         seen: set[ObjectKey] = set()
         upserted = 0
         for resource_version, view in items:
@@ -162,7 +176,7 @@ class SnapshotEditor:
             upserted += 1
         tables: dict[str, _Flat[Any, Any]] = {
             NODE: self._nodes, POD: self._pods, RAYCLUSTER: self._rayclusters,
-            PODGROUP: self._podgroups, WORKLOAD: self._workloads,
+            PODGROUP: self._podgroups, WORKLOAD: self._workloads, **self.autoscaling.tables(),
         }
         primary = tables[kind]
         stale = [key for key in primary.finish() if key not in seen]
@@ -177,21 +191,18 @@ class SnapshotEditor:
 
     def forget_preemptions_before(self, cutoff: float) -> int:
         """Drop preemption records older than ``cutoff`` (seconds since the epoch) whose
-        pods are gone; returns how many. Records are few (recent preemptions only), so
-        this scans them all."""
-        dropped = 0
-        changes: list[tuple[GroupKey, tuple[PreemptionRecord, ...]]] = []
-        for key, records in self._preemptions.finish().items():
-            kept = tuple(r for r in records if r.at >= cutoff or r.pod_uid in self._pods)
-            if len(kept) != len(records):
-                dropped += len(records) - len(kept)
-                changes.append((key, kept))
-        for key, kept in changes:
-            if kept:
-                self._preemptions.set(key, kept)
-            else:
-                self._preemptions.pop(key)
-        return dropped
+        pods are gone; returns how many (``records.forget_before``)."""
+        return forget_before(self._preemptions, self._pods, cutoff)
+
+    def forget_events(self, cutoff: float) -> int:
+        """Drop the pod events no longer kept (``AutoscalerTables.forget``)."""
+        return self.autoscaling.forget(self._pods, cutoff)
+
+    def absent(self, kind: str) -> None:
+        """``kind`` is not served (a CRD not installed): it has no objects, and raygate
+        no longer follows NodeClaims when it is theirs."""
+        self.replace(kind, ())
+        self.autoscaling.follows_claims &= kind != NODECLAIM
 
     def finish(self) -> Snapshot:
         if self._done:
@@ -199,7 +210,7 @@ class SnapshotEditor:
         self._done = True
         base = self._base
         if self._new_nodes:
-            self._fix_records_on(self._new_nodes)
+            fix_on(self._preemptions, self._new_nodes, self._is_gpu)
         snap = Snapshot.__new__(Snapshot)
         snap.config = self._config
         snap.serial, snap.base_serial = next(_serials), base.serial
@@ -221,6 +232,7 @@ class SnapshotEditor:
         snap._podgroups = self._podgroups.finish()
         snap._workloads = self._workloads.finish()
         snap._workloads_of = self._workloads_of.finish()
+        self.autoscaling.finish(snap)
         snap._ignored = base._ignored
         return snap
 
@@ -229,6 +241,7 @@ class SnapshotEditor:
         clusters.update(cast(set[ClusterKey], self._rayclusters.touched))
         clusters.update((g.namespace, g.cluster)
                         for g in cast(set[GroupKey], self._preemptions.touched))
+        clusters |= self.autoscaling.clusters(self._pods, self._gpu is not None)
         return Changes(frozenset(clusters),
                        frozenset(cast(set[tuple[str, str]], self._podgroups.touched)))
 
@@ -380,19 +393,3 @@ class SnapshotEditor:
         records = self._preemptions.get(record.group) or ()
         if record not in records:
             self._preemptions.set(record.group, (*records, record))
-
-    def _fix_records_on(self, node_names: list[str]) -> None:
-        """Records made before their node was known say "not a GPU node": correct them
-        now that it is (a pod can be listed before its node)."""
-        names = set(node_names)
-        changes = []
-        for key, records in self._preemptions.finish().items():
-            fixed = tuple(
-                PreemptionRecord(r.group, r.pod_uid, r.node_name, self._is_gpu(r.node_name),
-                                 r.at)
-                if r.node_name in names and not r.on_gpu_node else r
-                for r in records)
-            if fixed != records:
-                changes.append((key, fixed))
-        for key, fixed in changes:
-            self._preemptions.set(key, fixed)

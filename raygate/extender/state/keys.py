@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from raygate.plugin.model import (
+    NodeClaimView,
     NodeView,
+    PodEventView,
     PodGroupView,
     PodView,
     RayClusterView,
@@ -15,16 +17,18 @@ from raygate.plugin.model import (
 )
 
 NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD = "Node", "Pod", "RayCluster", "PodGroup", "Workload"
-KINDS = (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD)
+EVENT, NODECLAIM = "Event", "NodeClaim"
+KINDS = (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD, EVENT, NODECLAIM)
 """The kinds the cache holds, in the order a whole snapshot is built (nodes first, so a
 pod's node class is known when its preemption is recorded)."""
 
-View: TypeAlias = NodeView | PodView | RayClusterView | PodGroupView | WorkloadView
+View: TypeAlias = (NodeView | PodView | RayClusterView | PodGroupView | WorkloadView
+                   | PodEventView | NodeClaimView)
 ClusterKey: TypeAlias = tuple[str, str]
 """(namespace, name) of a RayCluster."""
 ObjectKey: TypeAlias = str | tuple[str, str]
-"""How the cache names an object of a kind: a node by name, a pod by UID, the namespaced
-custom resources by (namespace, name)."""
+"""How the cache names an object of a kind: a node or a NodeClaim by name, a pod by UID,
+Events and the namespaced custom resources by (namespace, name)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class ClusterObjects:
     rayclusters: tuple[RayClusterView, ...] = ()
     podgroups: tuple[PodGroupView, ...] = ()
     workloads: tuple[WorkloadView, ...] = ()
+    events: tuple[PodEventView, ...] = ()
+    node_claims: tuple[NodeClaimView, ...] = ()
     ignored: Counter[str] = field(default_factory=Counter)
     """Objects of kinds raygate does not use, by kind."""
 
@@ -50,7 +56,7 @@ def object_key(kind: str, namespace: str, name: str, uid: str) -> ObjectKey:
     could not read, to remove the version it holds)."""
     if kind == POD:
         return pod_key(uid, namespace, name)
-    if kind == NODE:
+    if kind in (NODE, NODECLAIM):
         return name
     return (namespace, name)
 
@@ -58,6 +64,6 @@ def object_key(kind: str, namespace: str, name: str, uid: str) -> ObjectKey:
 def key_of(view: View) -> ObjectKey:
     if isinstance(view, PodView):
         return pod_key(view.uid, view.namespace, view.name)
-    if isinstance(view, NodeView):
+    if isinstance(view, NodeView | NodeClaimView):
         return view.name
     return (view.namespace, view.name)

@@ -29,8 +29,11 @@ from typing import Any
 
 from immutables import Map
 
+from raygate.extender.state.autoscaling import latest
 from raygate.extender.state.keys import (
+    EVENT,
     NODE,
+    NODECLAIM,
     POD,
     PODGROUP,
     RAYCLUSTER,
@@ -44,7 +47,9 @@ from raygate.extender.state.maps import _EMPTY, Entry, _values
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     GroupKey,
+    NodeClaimView,
     NodeView,
+    PodEventView,
     PodGroupView,
     PodView,
     PreemptionRecord,
@@ -103,6 +108,10 @@ class Snapshot:
     _podgroups: Map[tuple[str, str], Entry[PodGroupView]]
     _workloads: Map[tuple[str, str], Entry[WorkloadView]]
     _workloads_of: Map[tuple[str, str], Map[tuple[str, str], WorkloadView]]
+    _events: Map[tuple[str, str], Entry[PodEventView]]
+    _events_of: Map[str, Map[tuple[str, str], PodEventView]]
+    _claims: Map[str, Entry[NodeClaimView]]
+    _follows_claims: bool
     _ignored: Counter[str]
 
     @classmethod
@@ -116,6 +125,8 @@ class Snapshot:
         snap._nodes = snap._pods = snap._by_node = snap._by_group = _EMPTY
         snap._by_cluster = snap._scheduled = snap._preemptions = _EMPTY
         snap._rayclusters = snap._podgroups = snap._workloads = snap._workloads_of = _EMPTY
+        snap._events = snap._events_of = snap._claims = _EMPTY
+        snap._follows_claims = False
         snap._ignored = Counter()
         return snap
 
@@ -164,6 +175,16 @@ class Snapshot:
     def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
         return _values(self._workloads_of.get((namespace, cluster)))
 
+    def pod_event(self, uid: str) -> PodEventView | None:
+        return latest(_values(self._events_of.get(uid)))
+
+    def node_claim(self, name: str) -> NodeClaimView | None:
+        entry = self._claims.get(name)
+        return None if entry is None else entry[1]
+
+    def follows_node_claims(self) -> bool:
+        return self._follows_claims
+
     # --- for status endpoints, logs and the list/watch source ---------------------------
     @cached_property
     def _raycluster_views(self) -> tuple[RayClusterView, ...]:
@@ -178,6 +199,8 @@ class Snapshot:
             rayclusters=self._raycluster_views,
             podgroups=tuple(view for _, view in self._podgroups.values()),
             workloads=tuple(view for _, view in self._workloads.values()),
+            events=tuple(view for _, view in self._events.values()),
+            node_claims=tuple(view for _, view in self._claims.values()),
             ignored=Counter(self._ignored),
         )
 
@@ -188,6 +211,8 @@ class Snapshot:
             "rayclusters": len(self._rayclusters),
             "podgroups": len(self._podgroups),
             "workloads": len(self._workloads),
+            "events": len(self._events),
+            "nodeclaims": len(self._claims),
         }
 
     def count(self, kind: str) -> int:
@@ -201,6 +226,7 @@ class Snapshot:
     def _primary(self, kind: str) -> Map[Any, Entry[Any]]:
         tables: dict[str, Map[Any, Entry[Any]]] = {
             NODE: self._nodes, POD: self._pods, RAYCLUSTER: self._rayclusters,
-            PODGROUP: self._podgroups, WORKLOAD: self._workloads,
+            PODGROUP: self._podgroups, WORKLOAD: self._workloads, EVENT: self._events,
+            NODECLAIM: self._claims,
         }
         return tables[kind]

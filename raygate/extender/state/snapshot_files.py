@@ -1,9 +1,10 @@
 """Cluster state from files as ``kubectl get ... -o yaml|json`` prints them.
 
 A file holds one object, a ``kind: List`` with ``items``, or several YAML documents (JSON
-is YAML). Nodes, Pods, RayClusters, PodGroups and Workloads are used; other kinds are
-counted. A malformed object refuses the whole load with the file, the item index and
-the field path.
+is YAML). Nodes, Pods, RayClusters, PodGroups, Workloads, the pod Events node
+autoscalers write and Karpenter's NodeClaims are used; other kinds are counted. A
+malformed object refuses the whole load with the file, the item index and the field
+path.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from raygate.extender.files import yaml_problem
 from raygate.extender.state import convert
 from raygate.extender.state.keys import ClusterObjects
 from raygate.extender.wire import DECODE_ERRORS, kube
-from raygate.plugin.model import NodeView, PodGroupView, PodView, RayClusterView, WorkloadView
+from raygate.plugin.model import (
+    NodeClaimView,
+    NodeView,
+    PodEventView,
+    PodGroupView,
+    PodView,
+    RayClusterView,
+    WorkloadView,
+)
 
 __all__ = ["ManifestLoader", "SnapshotError", "demo_text", "load_files", "load_text",
            "read_documents"]
@@ -33,6 +42,8 @@ _KINDS: dict[str, tuple[tuple[str, ...], type[msgspec.Struct]]] = {
     "RayCluster": (("ray.io/v1",), kube.RayCluster),
     "PodGroup": (("scheduling.volcano.sh/v1beta1",), kube.PodGroup),
     "Workload": (("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"), kube.Workload),
+    "Event": (("v1",), kube.Event),
+    "NodeClaim": (("karpenter.sh/v1",), kube.NodeClaim),
 }
 
 
@@ -124,6 +135,8 @@ class _Builder:
         self.rayclusters: list[RayClusterView] = []
         self.podgroups: list[PodGroupView] = []
         self.workloads: list[WorkloadView] = []
+        self.events: list[PodEventView] = []
+        self.node_claims: list[NodeClaimView] = []
         self.ignored: Counter[str] = Counter()
 
     def add(self, obj: Any, location: str) -> None:
@@ -158,6 +171,11 @@ class _Builder:
             self.podgroups.append(convert.podgroup_view(wire))
         elif isinstance(wire, kube.Workload):
             self.workloads.append(convert.workload_view(wire))
+        elif isinstance(wire, kube.Event):
+            if convert.wanted_event(wire):
+                self.events.append(convert.event_view(wire))
+        elif isinstance(wire, kube.NodeClaim):
+            self.node_claims.append(convert.nodeclaim_view(wire))
         else:  # pragma: no cover - _KINDS lists exactly the types above
             raise SnapshotError(f"{where}: unexpected type {type(wire).__name__}")
 
@@ -168,5 +186,7 @@ class _Builder:
             rayclusters=tuple(self.rayclusters),
             podgroups=tuple(self.podgroups),
             workloads=tuple(self.workloads),
+            events=tuple(self.events),
+            node_claims=tuple(self.node_claims),
             ignored=Counter(self.ignored),
         )

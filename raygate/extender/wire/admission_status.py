@@ -138,7 +138,7 @@ def _json_name(names: Iterable[str], proto: str) -> str:
 
 POD_STATES = (
     "Starting", "WaitingForGangAdmission", "WaitingForCapacity", "Unschedulable",
-    "Preempted", "Evicted", "Stuck",
+    "Preempted", "Evicted", "Stuck", "NodeProvisioning", "NoNodeComing",
 )
 POD_ACTIONS = ("keep", "replace")
 SCALE_UP_ACTIONS = ("proceed", "hold")

@@ -176,6 +176,57 @@ class Workload(_Base):
     status: WorkloadStatus = msgspec.field(default_factory=WorkloadStatus)
 
 
+class ObjectReference(_Base):
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+
+
+class EventSource(_Base):
+    component: str = ""
+
+
+class EventSeries(_Base):
+    last_observed_time: str | None = None
+
+
+class Event(_Base):
+    """A core/v1 Event about a pod (what node autoscalers write: ``reason``, ``message``,
+    who, and when it was last seen)."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    involved_object: ObjectReference = msgspec.field(default_factory=ObjectReference)
+    reason: str = ""
+    message: str = ""
+    source: EventSource | None = None
+    reporting_component: str = ""
+    first_timestamp: str | None = None
+    last_timestamp: str | None = None
+    event_time: str | None = None
+    series: EventSeries | None = None
+
+
+class NodeClaimMeta(_Base):
+    name: str = ""
+    namespace: str = ""  # cluster-scoped: always ""
+    uid: str = ""
+    resource_version: str = ""
+    deletion_timestamp: str | None = None
+
+
+class NodeClaimStatus(_Base):
+    node_name: str | None = None
+
+
+class NodeClaim(_Base):
+    """A Karpenter NodeClaim (karpenter.sh/v1): its name, its node once registered, and
+    whether it is being deleted."""
+
+    metadata: NodeClaimMeta = msgspec.field(default_factory=NodeClaimMeta)
+    status: NodeClaimStatus = msgspec.field(default_factory=NodeClaimStatus)
+
+
 class TypeMeta(_Base):
     """Enough of any object to route it by kind."""
 

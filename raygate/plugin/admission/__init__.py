@@ -25,8 +25,9 @@ give a different status (a ``Starting`` pod turning ``Stuck``, a preemption leav
 window), so a caller can memoise it until then.
 
 The package, by topic: ``states`` (the closed sets the API speaks), ``verdicts`` (what the
-scheduler said), ``gang`` (PodGroup or Workload), ``pods`` (one pod's state and advice),
-``groups`` (counts and scale-up advice), ``status`` (the whole status).
+scheduler said), ``autoscalers`` (what the node autoscalers said: is a node coming?),
+``gang`` (PodGroup or Workload), ``pods`` (one pod's state and advice), ``groups`` (counts
+and scale-up advice), ``status`` (the whole status).
 """
 
 from raygate.plugin.admission.gang import GangSource, GangStatus

@@ -42,6 +42,8 @@ class _GroupFacts:
     group: str
     gang: GangStatus
     states: Mapping[PodState, int]
+    no_node: str = ""
+    """The reason of the first ``NoNodeComing`` pod, as the autoscaler said it."""
 
 
 def _count(states: Mapping[PodState, int], state: PodState) -> str:
@@ -69,6 +71,11 @@ SCALE_UP_RULES: tuple[ScaleUpRule, ...] = (
                     and not g.gang.admitted else "")),
     ScaleUpRule("gang-not-admitted", lambda g: not g.gang.admitted, ScaleUp.HOLD,
                 lambda g: f"new pods would only wait for admission: {g.gang.reason}"),
+    # The node autoscaler said no node comes for a pod of this template: none comes for
+    # the next one either.
+    ScaleUpRule("no-node-coming", lambda g: PodState.NO_NODE_COMING in g.states, ScaleUp.HOLD,
+                lambda g: (f"{_count(g.states, PodState.NO_NODE_COMING)} will get no node, "
+                           f"and more would get none either: {g.no_node}")),
     ScaleUpRule("waiting-for-capacity", lambda g: PodState.WAITING_FOR_CAPACITY in g.states,
                 ScaleUp.HOLD,
                 lambda g: (f"{_count(g.states, PodState.WAITING_FOR_CAPACITY)} already "
@@ -82,6 +89,10 @@ SCALE_UP_RULES: tuple[ScaleUpRule, ...] = (
                 lambda g: PodState.WAITING_FOR_GANG_ADMISSION in g.states, ScaleUp.HOLD,
                 lambda g: (f"{_count(g.states, PodState.WAITING_FOR_GANG_ADMISSION)} still "
                            "waiting for admission; more would wait too")),
+    ScaleUpRule("node-provisioning", lambda g: PodState.NODE_PROVISIONING in g.states,
+                ScaleUp.PROCEED,
+                lambda g: (f"{_count(g.states, PodState.NODE_PROVISIONING)} with a node coming; "
+                           "the node autoscaler brings nodes for more")),
     ScaleUpRule("proceed", lambda g: True, ScaleUp.PROCEED,
                 lambda g: ("the gang is admitted and no pod of this group waits for capacity"
                            if g.gang.source is not None else
@@ -116,14 +127,17 @@ def group_status(
 ) -> tuple[GroupStatus, float | None]:
     key = GroupKey(cluster.namespace, cluster.name, group)
     states: dict[PodState, int] = {}
+    no_node = ""
     for status in pods:
         if status.state in PENDING_STATES:
             states[status.state] = states.get(status.state, 0) + 1
+        if status.state is PodState.NO_NODE_COMING and not no_node:
+            no_node = status.reason
     # A preemption counts while it is inside the thrash-guard window; it leaves the count
     # (and the status changes) at `at + window`.
     window = config.thrash_guard_seconds
     inside = [r.at + window for r in view.preemptions(key) if window > 0 and now < r.at + window]
-    facts = _GroupFacts(cluster, group, gang, states)
+    facts = _GroupFacts(cluster, group, gang, states, no_node)
     rule = _scale_up(facts)
     running = sum(1 for p in view.group_pods(key) if is_running(p))
     return GroupStatus(

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from raygate.plugin.admission.autoscalers import NodeOutlook, NodeSignal, node_signal
 from raygate.plugin.admission.gang import GangFacts, GangStatus
 from raygate.plugin.admission.states import PodAction, PodState, is_running, true_condition
 from raygate.plugin.admission.verdicts import (
@@ -18,10 +19,16 @@ from raygate.plugin.admission.verdicts import (
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
     PREEMPTION_REASON,
+    ClusterView,
     Condition,
     PodView,
 )
 from raygate.plugin.native import GATE
+
+ASKS_FOR_A_NODE = frozenset({
+    SchedulerVerdict.CAPACITY, SchedulerVerdict.CONSTRAINTS, SchedulerVerdict.OTHER})
+"""Verdicts a node autoscaler acts on (it provisions for pods the scheduler marked
+``Unschedulable``): a new node may bring room, or the labels and taints no node has."""
 
 
 def is_listed(pod: PodView) -> bool:
@@ -47,6 +54,8 @@ class PodFacts:
     disruption: Condition | None  # DisruptionTarget=True
     scheduled: Condition | None  # PodScheduled, any status
     verdict: SchedulerVerdict
+    node: NodeSignal | None = None
+    """What the node autoscaler said of this pod (``autoscalers.node_signal``)."""
 
     @property
     def bound(self) -> bool:
@@ -114,6 +123,18 @@ def _gang_capacity_since(f: PodFacts) -> float | None:
     return max(times) if times else None
 
 
+def _outlook(f: PodFacts) -> NodeOutlook | None:
+    return f.node.outlook if f.node is not None and f.verdict in ASKS_FOR_A_NODE else None
+
+
+def _node_reason(f: PodFacts) -> str:
+    return f"{f.node.reason}; {_scheduler_said(f)}" if f.node is not None else ""
+
+
+def _node_until(f: PodFacts) -> float | None:
+    return f.node.until if f.node is not None else None
+
+
 def _not_admitted_reason(f: PodFacts) -> str:
     return f"waiting for its gang to be admitted: {f.gang.reason}"
 
@@ -169,6 +190,15 @@ POD_RULES: tuple[PodRule, ...] = (
         lambda f: (f"preemption made room on {f.pod.nominated_node_name}; waiting for the "
                    "victims to leave"),
         lambda f: f.verdict_since),
+    # The node autoscaler's word on a pod the scheduler refused (autoscalers.py).
+    PodRule(
+        "node-coming", PodState.NODE_PROVISIONING,
+        lambda f: _outlook(f) is NodeOutlook.COMING,
+        _node_reason, lambda f: f.verdict_since, _node_until),
+    PodRule(
+        "no-node-coming", PodState.NO_NODE_COMING,
+        lambda f: _outlook(f) is NodeOutlook.NONE_COMING,
+        _node_reason, lambda f: f.verdict_since, _node_until),
     PodRule(
         "insufficient-resources", PodState.WAITING_FOR_CAPACITY,
         lambda f: f.verdict is SchedulerVerdict.CAPACITY,
@@ -239,6 +269,13 @@ POD_ADVICE: Mapping[PodState, tuple[PodAction, str]] = MappingProxyType({
     PodState.WAITING_FOR_CAPACITY: (
         PodAction.KEEP, "the scheduler places it as soon as room frees up; a replacement "
         "would wait for the same room"),
+    PodState.NODE_PROVISIONING: (
+        PodAction.KEEP, "a node is being brought up for it; a replacement would wait for "
+        "that node too"),
+    PodState.NO_NODE_COMING: (
+        PodAction.KEEP, "the node autoscaler brings no node for it, and a replacement from "
+        "the same template gets none either; fix the template, the node pools or the "
+        "autoscaler's limits"),
     PodState.UNSCHEDULABLE: (
         PodAction.KEEP, "a replacement from the same template meets the same refusal; fix "
         "the template or the nodes"),
@@ -269,14 +306,21 @@ class PodStatus:
 
 
 def pod_facts(pod: PodView, gang: GangFacts, config: PolicyConfig, now: float,
-              siblings: Mapping[str, Condition] = MappingProxyType({})) -> PodFacts:
+              siblings: Mapping[str, Condition] = MappingProxyType({}), *,
+              view: ClusterView | None = None) -> PodFacts:
     """``siblings``: per worker group, the ``PodScheduled`` verdict of one of its pods,
-    lent to a pod Volcano skipped for that sibling's failure."""
+    lent to a pod Volcano skipped for that sibling's failure. ``view``: where the node
+    autoscalers' events are read (none without it)."""
     scheduled = pod.condition("PodScheduled")
     if scheduled is not None and SKIPPED_FOR_SIBLING in scheduled.message:
         scheduled = siblings.get(pod.group_key.group, scheduled)
+    verdict = classify_verdict(scheduled)
+    node = None
+    if view is not None and not pod.node_name and verdict in ASKS_FOR_A_NODE:
+        since = scheduled.last_transition if scheduled is not None else None
+        node = node_signal(pod, view, config, now, since)
     return PodFacts(pod, gang.status, gang.capacity, config, now,
-                    true_condition(pod, "DisruptionTarget"), scheduled, classify_verdict(scheduled))
+                    true_condition(pod, "DisruptionTarget"), scheduled, verdict, node)
 
 
 def derive_pod(facts: PodFacts) -> tuple[PodStatus, float | None]:

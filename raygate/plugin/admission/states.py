@@ -31,6 +31,14 @@ class PodState(Enum):
     manager, the kubelet, PodGC."""
     STUCK = "Stuck"
     """Nothing explains the wait, and it has lasted longer than the configured limit."""
+    NODE_PROVISIONING = "NodeProvisioning"
+    """The scheduler found no node for it, and a node autoscaler is bringing one for it
+    (Karpenter nominated a NodeClaim it launches, Cluster Autoscaler triggered a
+    scale-up)."""
+    NO_NODE_COMING = "NoNodeComing"
+    """The scheduler found no node for it, and the node autoscaler said it will bring
+    none (Karpenter: no NodePool fits; Cluster Autoscaler: no scale-up), or counts it on a
+    node raygate refuses it (stranded)."""
 
 
 class PodAction(Enum):
@@ -50,7 +58,8 @@ class ScaleUp(Enum):
 # ``pending`` count); Preempted and Evicted pods are on their way out.
 PENDING_STATES = frozenset({
     PodState.STARTING, PodState.WAITING_FOR_GANG_ADMISSION, PodState.WAITING_FOR_CAPACITY,
-    PodState.UNSCHEDULABLE, PodState.STUCK,
+    PodState.NODE_PROVISIONING, PodState.NO_NODE_COMING, PodState.UNSCHEDULABLE,
+    PodState.STUCK,
 })
 
 def true_condition(pod: PodView, type_: str) -> Condition | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from raygate.plugin.admission.autoscalers import signal_inputs
 from raygate.plugin.admission.gang import GangStatus, gang_of, podgroup_names
 from raygate.plugin.admission.groups import GroupStatus, group_status
 from raygate.plugin.admission.pods import PodStatus, derive_pod, is_listed, pod_facts
@@ -62,7 +63,7 @@ def admission_status(
     for pod in pods:
         if not is_listed(pod):
             continue
-        status, until = derive_pod(pod_facts(pod, gang, config, now, siblings))
+        status, until = derive_pod(pod_facts(pod, gang, config, now, siblings, view=view))
         statuses.append(status)
         if until is not None:
             deadlines.append(until)
@@ -107,6 +108,7 @@ def admission_inputs(
         tuple(view.podgroup(cluster.namespace, n) for n in names),
         view.workloads_of(cluster.namespace, cluster.name),
         tuple(view.preemptions(GroupKey(cluster.namespace, cluster.name, g)) for g in groups),
+        signal_inputs(pods, view),
         names,
     )
 

@@ -403,7 +403,7 @@ class Group(_message.Message):
     """Pods running: bound, phase Running, ready, not being removed."""
     pending: _builtins.int
     """Live pods not running yet: those listed with state STARTING, WAITING_FOR_*,
-    UNSCHEDULABLE or STUCK.
+    NODE_PROVISIONING, NO_NODE_COMING, UNSCHEDULABLE or STUCK.
     """
     preempted: _builtins.int
     """Pods of the group the scheduler preempted within the thrash-guard window
@@ -451,7 +451,8 @@ class GroupAdvice(_message.Message):
         HOLD: GroupAdvice._Action.ValueType  # 2
         """Adding pods now only adds waiting pods: the gang is not admitted, the group
         already has pods waiting for capacity or admission or refused by the scheduler,
-        the cluster is suspended, or it is the head group.
+        or pods no node autoscaler brings a node for (NO_NODE_COMING), the cluster is
+        suspended, or it is the head group.
         """
 
     class Action(_Action, metaclass=_ActionEnumTypeWrapper): ...
@@ -463,7 +464,8 @@ class GroupAdvice(_message.Message):
     HOLD: GroupAdvice.Action.ValueType  # 2
     """Adding pods now only adds waiting pods: the gang is not admitted, the group
     already has pods waiting for capacity or admission or refused by the scheduler,
-    the cluster is suspended, or it is the head group.
+    or pods no node autoscaler brings a node for (NO_NODE_COMING), the cluster is
+    suspended, or it is the head group.
     """
 
     ACTION_FIELD_NUMBER: _builtins.int
@@ -526,6 +528,17 @@ class Pod(_message.Message):
         """Unbound with no verdict for longer than stuckUnboundSeconds (default 120 s), or
         bound and not running and ready for longer than stuckStartingSeconds (600 s).
         """
+        NODE_PROVISIONING: Pod._State.ValueType  # 8
+        """The scheduler refused it, and a node autoscaler is bringing a node for it:
+        Karpenter nominated it to a NodeClaim it launches (or a node it counts on),
+        Cluster Autoscaler triggered a scale-up for it.
+        """
+        NO_NODE_COMING: Pod._State.ValueType  # 9
+        """The scheduler refused it, and the node autoscaler said no node comes for it:
+        Karpenter's FailedScheduling (no NodePool or instance type fits it), Cluster
+        Autoscaler's NotTriggerScaleUp, or Karpenter counting it on a node raygate refuses
+        it (stranded: Karpenter buys nothing else).
+        """
 
     class State(_State, metaclass=_StateEnumTypeWrapper): ...
     STATE_UNSPECIFIED: Pod.State.ValueType  # 0
@@ -558,6 +571,17 @@ class Pod(_message.Message):
     STUCK: Pod.State.ValueType  # 7
     """Unbound with no verdict for longer than stuckUnboundSeconds (default 120 s), or
     bound and not running and ready for longer than stuckStartingSeconds (600 s).
+    """
+    NODE_PROVISIONING: Pod.State.ValueType  # 8
+    """The scheduler refused it, and a node autoscaler is bringing a node for it:
+    Karpenter nominated it to a NodeClaim it launches (or a node it counts on),
+    Cluster Autoscaler triggered a scale-up for it.
+    """
+    NO_NODE_COMING: Pod.State.ValueType  # 9
+    """The scheduler refused it, and the node autoscaler said no node comes for it:
+    Karpenter's FailedScheduling (no NodePool or instance type fits it), Cluster
+    Autoscaler's NotTriggerScaleUp, or Karpenter counting it on a node raygate refuses
+    it (stranded: Karpenter buys nothing else).
     """
 
     NAME_FIELD_NUMBER: _builtins.int
