@@ -31,12 +31,13 @@ from testbed.processes import free_port, wait_for
 __all__ = ["NAMESPACE_LABEL", "SCHEDULER", "start_default_setup"]
 
 SETUP = DEPLOY / "kube-scheduler-default"
+NATIVE_PLACEMENT = DEPLOY / "native-placement"
 SCHEDULER = "default-setup"
 NAMESPACE_LABEL = "testbed.raygate.dev/default-setup"
 
 
 def _webhook_configuration(url: str, ca_bundle: str) -> dict[str, Any]:
-    documents = yaml.safe_load_all((SETUP / "webhook.yaml").read_text())
+    documents = yaml.safe_load_all((NATIVE_PLACEMENT / "webhook.yaml").read_text())
     configuration: dict[str, Any] = next(
         d for d in documents if d and d["kind"] == "MutatingWebhookConfiguration")
     configuration["metadata"].pop("annotations", None)  # cert-manager's CA injection
