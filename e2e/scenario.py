@@ -19,6 +19,7 @@ import yaml
 from e2e.objects import SCENARIO_LABEL
 from testbed.api import ApiError
 from testbed.cluster import Testbed
+from testbed.webhook import NATIVE_PLACEMENT_OFF
 
 __all__ = ["PodHistory", "Scenario", "wait_until"]
 
@@ -88,8 +89,13 @@ class Scenario:
 
     # --- setting up ---------------------------------------------------------------------
 
-    def setup(self, nodes: list[dict[str, Any]]) -> Scenario:
-        self.api.create("/api/v1/namespaces", {"metadata": {"name": self.namespace}})
+    def setup(self, nodes: list[dict[str, Any]], *, native_placement: bool = True
+              ) -> Scenario:
+        """The namespace and ``nodes``; ``native_placement=False``: raygate's webhook
+        gates none of its pods (a baseline without raygate's native rule)."""
+        labels = {} if native_placement else {NATIVE_PLACEMENT_OFF: "true"}
+        self.api.create("/api/v1/namespaces",
+                        {"metadata": {"name": self.namespace, "labels": labels}})
         # The ServiceAccount admission plugin refuses pods until kube-controller-manager
         # has made the namespace's default ServiceAccount.
         wait_until(f"the default ServiceAccount of {self.namespace}", lambda: self.api.exists(

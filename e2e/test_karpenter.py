@@ -1,5 +1,5 @@
 """The real Karpenter (its kwok provider, v1.15.0) beside raygate: what a node autoscaler
-does for Ray pods that raygate places, today.
+does for Ray pods that raygate places.
 
 Each scenario has NodePools of its own, labelled with the scenario's label that its pods
 select (so it sees no other scenario's capacity), and no node at the start:
@@ -11,9 +11,10 @@ select (so it sees no other scenario's capacity), and no node at the start:
 Equal weights, so Karpenter tries ``gpu-…`` first (names descending on a tie). The
 RayCluster: a 1-CPU head and a floor group of two 1-CPU workers, no autoscaling.
 
-Assertions marked TODAY'S BEHAVIOUR describe what raygate does not yet prevent; they are
-to flip when raygate's native rules land (a required not-GPU affinity written on floor
-and head pods before they are scheduled, which Karpenter reads; issue #26).
+Tests marked ``extender_only`` are the baselines: raygate as a scheduler extender alone
+(no gate in their namespace), which Karpenter never asks, or the marker resource it used to
+add. The others run raygate as installed: its native placement writes the rule into each
+pod before it can be scheduled, and Karpenter reads it.
 """
 
 from __future__ import annotations
@@ -51,10 +52,13 @@ HOLD = 30.0
 
 
 @pytest.fixture
-def claims(scenario: Scenario, karpenter: Karpenter) -> Iterator[NodeClaims]:
+def claims(scenario: Scenario, karpenter: Karpenter,
+           request: pytest.FixtureRequest) -> Iterator[NodeClaims]:
     """The scenario's NodePools ``cpu-…`` and ``gpu-…`` and a recorder of its NodeClaims;
-    afterwards its RayCluster and pools go (Karpenter deletes their nodes)."""
-    scenario.setup([])
+    afterwards its RayCluster and pools go (Karpenter deletes their nodes). A test marked
+    ``extender_only`` runs without raygate's native placement (the baseline)."""
+    scenario.setup([], native_placement=request.node.get_closest_marker("extender_only")
+                   is None)
     recorder = NodeClaims(scenario, karpenter)
     scope = {SCENARIO_LABEL: scenario.name}
     karpenter.create_pools([node_pool(f"cpu-{scenario.name}", scope, ["cpu-4x"]),
@@ -96,11 +100,13 @@ def refused_by_raygate(pod: dict[str, Any]) -> bool:
                for c in pod["status"].get("conditions") or [])
 
 
-def test_karpenter_floor_tolerating_gpu(scenario: Scenario, claims: NodeClaims,
-                                        admission: AdmissionRecorder) -> None:
-    """Head and floor tolerate the GPU taint: Karpenter buys a GPU node for them, raygate
-    refuses it to each, and Karpenter, which never asks raygate, says they should schedule
-    there and buys nothing else. raygate's admission API says so: no node is coming."""
+@pytest.mark.extender_only
+def test_karpenter_floor_tolerating_gpu_extender_only(
+        scenario: Scenario, claims: NodeClaims, admission: AdmissionRecorder) -> None:
+    """BASELINE, raygate as an extender alone: head and floor tolerate the GPU taint;
+    Karpenter buys a GPU node for them, raygate refuses it to each, and Karpenter, which
+    never asks raygate, says they should schedule there and buys nothing else. raygate's
+    admission API says so: no node is coming."""
     scenario.create(floor_cluster(scenario, {"tolerations": [TOLERATE_GPU]}))
     claim = wait_until("Karpenter's first NodeClaim", claims.history, timeout=120)[0]
     wait_until(f"NodeClaim {claim.name} initialized (its node Ready)",
@@ -118,8 +124,8 @@ def test_karpenter_floor_tolerating_gpu(scenario: Scenario, claims: NodeClaims,
     time.sleep(HOLD)
     scenario.step("hold over")
 
-    # TODAY'S BEHAVIOUR, to flip when native rules land: the GPU pool wins the name tie,
-    # one GPU node is bought, raygate refuses it, and Karpenter buys nothing else.
+    # The extender alone: the GPU pool wins the name tie, one GPU node is bought, raygate
+    # refuses it, and Karpenter buys nothing else.
     history = claims.history()
     assert [(h.pool, h.instance_type) for h in history] == [
         (f"gpu-{scenario.name}", "gpu-8x")], history
@@ -132,17 +138,19 @@ def test_karpenter_floor_tolerating_gpu(scenario: Scenario, claims: NodeClaims,
     status = admission.status(CLUSTER)
     assert status is not None
     assert all(g.scale_up.action == "hold" for g in status.groups), status.groups
-    report.add("karpenter-1-tolerating", scenario.timeline(
-        "Karpenter: head and floor tolerate the GPU taint (today: a GPU node raygate "
-        "refuses, nothing else; raygate says NoNodeComing)") + claims.timeline()
-        + admission.table())
+    report.add("karpenter-1-tolerating-extender-only", scenario.timeline(
+        "Karpenter, raygate as an extender alone: head and floor tolerate the GPU taint (a "
+        "GPU node raygate refuses, nothing else; raygate says NoNodeComing)")
+        + claims.timeline() + admission.table())
 
 
-def test_karpenter_floor_not_gpu_affinity(scenario: Scenario, claims: NodeClaims) -> None:
-    """The same RayCluster with the required not-GPU term raygate's native rule will
-    write: Karpenter reads it and buys one CPU node, where all three run."""
-    spec = {"tolerations": [TOLERATE_GPU], "affinity": NOT_GPU}
-    scenario.create(floor_cluster(scenario, spec))
+def test_karpenter_floor_tolerating_gpu(scenario: Scenario, claims: NodeClaims,
+                                        admission: AdmissionRecorder) -> None:
+    """The same RayCluster with raygate's native placement (as installed): each pod is
+    released with raygate's required not-GPU term; Karpenter reads it and buys one CPU
+    node, where all three run; no GPU node is bought. While the node comes, raygate's
+    admission API says NodeProvisioning."""
+    scenario.create(floor_cluster(scenario, {"tolerations": [TOLERATE_GPU]}))
     created = scenario.now()
     wait_until(f"all {PODS} pods Running", lambda: len(
         [p for p in ray_pods(scenario) if p["status"].get("phase") == "Running"]) == PODS,
@@ -156,28 +164,46 @@ def test_karpenter_floor_not_gpu_affinity(scenario: Scenario, claims: NodeClaims
     history = claims.history()
     assert [(h.pool, h.instance_type) for h in history] == [
         (f"cpu-{scenario.name}", "cpu-4x")], history
-    nodes = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in ray_pods(scenario)}
-    assert set(nodes.values()) == {history[0].node}, (nodes, history)
-    report.add("karpenter-2-affinity", scenario.timeline(
-        f"Karpenter: the same RayCluster with a required not-GPU affinity (one CPU node, "
-        f"all Running in {took:.0f} s)") + claims.timeline())
+    pods = ray_pods(scenario)
+    assert {p["spec"]["nodeName"] for p in pods} == {history[0].node}, (pods, history)
+    for pod in pods:
+        assert pod["metadata"]["labels"]["raygate.io/role"] in ("head", "floor"), pod
+        terms = pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == NOT_GPU["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    for name in (p["metadata"]["name"] for p in pods):
+        admission.wait_for_state(name, RUNNING_OR_GONE, last=True, timeout=60)
+    seen = {p["metadata"]["name"]: admission.states(p["metadata"]["name"]) for p in pods}
+    assert any("NodeProvisioning" in states for states in seen.values()), seen
+    report.add("karpenter-2-native", scenario.timeline(
+        f"Karpenter, raygate as installed (native placement): the same RayCluster gets one "
+        f"CPU node, all Running in {took:.0f} s, no GPU node") + claims.timeline()
+        + admission.table())
 
 
-def test_karpenter_marker_resource(scenario: Scenario, claims: NodeClaims,
-                                   default_setup: Testbed) -> None:
-    """``deploy/kube-scheduler-default``: the webhook adds ``raygate.io/managed: 1`` to
-    every Ray pod's requests. kube-scheduler ignores it (``ignoredByScheduler``);
-    Karpenter does not: no instance type offers it, so no pool fits any Ray pod. The
-    RayCluster is the one that got a CPU node in the scenario before."""
-    scenario.testbed.kubectl("label", "namespace", scenario.namespace,
-                             f"{NAMESPACE_LABEL}=true")
-    scenario.create(floor_cluster(scenario, {"tolerations": [TOLERATE_GPU],
-                                             "affinity": NOT_GPU}, scheduler=SCHEDULER))
+MARKED = {"raygate.io/managed": "1"}
+"""What the webhook's opt-in marker (``webhook.marker: on``) adds to a Ray pod's first
+container, requests and limits."""
+
+
+@pytest.mark.extender_only
+def test_karpenter_marker_resource_extender_only(scenario: Scenario,
+                                                 claims: NodeClaims) -> None:
+    """BASELINE, the marker: pods carrying ``raygate.io/managed: 1`` as the webhook wrote
+    it before it was off by default (here written into the RayCluster's templates).
+    Karpenter fits requests against instance types and none offers the marker: no pool
+    fits any Ray pod, no node is bought."""
+    spec = {"tolerations": [TOLERATE_GPU], "affinity": NOT_GPU}
+    cluster = floor_cluster(scenario, spec)
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    worker = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    for container in (head, worker):
+        container["resources"]["requests"].update(MARKED)
+        container["resources"].setdefault("limits", {}).update(MARKED)
+    scenario.create(cluster)
     pods = wait_until(f"the {PODS} Ray pods", lambda: (
         pods if len(pods := ray_pods(scenario)) == PODS else None), timeout=120)
-    for pod in pods:
-        requests = pod["spec"]["containers"][0]["resources"]["requests"]
-        assert requests.get("raygate.io/managed") == "1", "the webhook marked the pod"
     names = [p["metadata"]["name"] for p in pods]
 
     def refused(name: str) -> bool:
@@ -187,31 +213,34 @@ def test_karpenter_marker_resource(scenario: Scenario, claims: NodeClaims,
     wait_until("Karpenter failing every pod on raygate.io/managed",
                lambda: all(refused(name) for name in names), timeout=120)
     scenario.step("Karpenter: no instance type for any pod (raygate.io/managed)")
-
-    # TODAY'S BEHAVIOUR, to flip when the marker is optional (native mode): no node is
-    # bought, and the pods stay Pending.
     assert claims.history() == []
     assert all(not p["spec"].get("nodeName") for p in ray_pods(scenario))
-    report.add("karpenter-3-marker", scenario.timeline(
-        "Karpenter and the kube-scheduler-default setup: the webhook's raygate.io/managed "
-        "request fits no instance type (today: no node)") + claims.timeline())
+    report.add("karpenter-3-marker-baseline", scenario.timeline(
+        "Karpenter and the marker resource raygate.io/managed (now off by default): it "
+        "fits no instance type, no node") + claims.timeline())
 
 
-def test_karpenter_node_provisioning_then_running(scenario: Scenario, claims: NodeClaims,
-                                                  admission: AdmissionRecorder) -> None:
-    """The not-GPU RayCluster: while Karpenter launches its CPU node, the admission API
-    says NodeProvisioning of each pod (naming the NodeClaim), then the pods run."""
-    scenario.create(floor_cluster(scenario, {"tolerations": [TOLERATE_GPU],
-                                             "affinity": NOT_GPU}))
-    pods = wait_until(f"the {PODS} Ray pods", lambda: (
-        pods if len(pods := ray_pods(scenario)) == PODS else None), timeout=120)
-    for name in (p["metadata"]["name"] for p in pods):
-        admission.wait_for_state(name, RUNNING_OR_GONE, last=True, timeout=180)
-        assert "NodeProvisioning" in admission.states(name), admission.states(name)
+def test_karpenter_default_setup(scenario: Scenario, claims: NodeClaims,
+                                 default_setup: Testbed) -> None:
+    """``deploy/kube-scheduler-default`` as shipped: no marker, the extender called for
+    every pod, the native placement on. Karpenter buys a CPU node; the Ray pods run."""
+    scenario.testbed.kubectl("label", "namespace", scenario.namespace,
+                             f"{NAMESPACE_LABEL}=true")
+    scenario.create(floor_cluster(scenario, {"tolerations": [TOLERATE_GPU]},
+                                  scheduler=SCHEDULER))
+    wait_until(f"all {PODS} pods Running", lambda: len(
+        [p for p in ray_pods(scenario) if p["status"].get("phase") == "Running"]) == PODS,
+        timeout=180)
+    scenario.step(f"all {PODS} pods Running")
+    pods = ray_pods(scenario)
+    assert all("raygate.io/managed" not in p["spec"]["containers"][0]["resources"].get(
+        "requests", {}) for p in pods)
+    wait_until("the NodeClaim initialized, as the watch saw it", claims.initialized,
+               timeout=60)
     assert [h.instance_type for h in claims.history()] == ["cpu-4x"]
-    report.add("karpenter-4-provisioning", scenario.timeline(
-        "Karpenter launches a CPU node: raygate says NodeProvisioning, then the pods run")
-        + claims.timeline() + admission.table())
+    report.add("karpenter-4-default-setup", scenario.timeline(
+        "Karpenter and the kube-scheduler-default setup as shipped (no marker): one CPU "
+        "node, the Ray pods run") + claims.timeline())
 
 
 def test_karpenter_no_instance_type_fits(scenario: Scenario, claims: NodeClaims,
@@ -219,7 +248,7 @@ def test_karpenter_no_instance_type_fits(scenario: Scenario, claims: NodeClaims,
     """A worker asking 100 CPUs, which no instance type of any NodePool has: Karpenter
     says it cannot schedule it, raygate says NoNodeComing and holds the group's
     scale-up, quoting Karpenter."""
-    spec = {"tolerations": [TOLERATE_GPU], "affinity": NOT_GPU}
+    spec = {"tolerations": [TOLERATE_GPU]}  # raygate's native rule keeps it off GPU nodes
     big = Group("big", 1, "100", min=1, max=1, pod_spec=spec)
     scenario.create(raycluster(CLUSTER, scenario.namespace, scenario.name, [big],
                                head_cpu="1", head_pod_spec=spec, autoscaling=False))

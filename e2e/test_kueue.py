@@ -268,7 +268,7 @@ def test_kueue_side_by_side_hand_written_recipe(kueue: Testbed, scenario: Scenar
                                                 said: Said) -> None:
     """The same RayCluster without Kueue (no queue label), under the seed's recipe and
     the stock scheduler: it runs at once; Kueue runs too, and leaves it alone."""
-    scenario.setup(nodes(scenario.name))
+    scenario.setup(nodes(scenario.name), native_placement=False)  # raygate is not asked
     scenario.create(raycluster(CLUSTER, scenario.namespace, scenario.name,
                                recipe_groups(baseline=2, overflow=0),
                                scheduler="default-scheduler", autoscaling=False))

@@ -24,7 +24,8 @@ def nodes(scenario: str) -> list[dict[str, object]]:
 
 
 def bring_up(scenario: Scenario, groups: list[Group], scheduler: str) -> None:
-    scenario.setup(nodes(scenario.name))
+    # Without raygate means without its gate too.
+    scenario.setup(nodes(scenario.name), native_placement=scheduler != "default-scheduler")
     scenario.create(raycluster("mixed", scenario.namespace, scenario.name, groups,
                                scheduler=scheduler))
     wait_until("the head and the 2 floor workers running",

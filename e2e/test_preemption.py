@@ -53,7 +53,8 @@ def bring_up(scenario: Scenario, scheduler: str, groups: list[Group],
     name = scenario.name
     gpu_node = f"{name}-gpu-a"
     scenario.setup([node(f"{name}-cpu-a", name, cpu=8), node(f"{name}-cpu-b", name, cpu=8),
-                    node(gpu_node, name, cpu=16, gpus=4)])
+                    node(gpu_node, name, cpu=16, gpus=4)],
+                   native_placement=scheduler != "default-scheduler")  # no raygate at all
     scenario.create(priority_class(f"{name}-low", -100))
     scenario.create(priority_class(f"{name}-gpu-job", 1000))
     scenario.create(guard_pod(scenario, gpu_node, f"{name}-low", scheduler))

@@ -11,6 +11,9 @@
    lags by seconds (``e2e.lagging``); with the stale-refusal requeue, every surplus pod is
    bound within seconds of raygate catching up, run after run; without it, they are
    left pending with room on the GPU node.
+
+Both run without raygate's native placement (no gate in their namespaces): they test the
+extender's verbs, the per-cycle layer, on their own.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def floor_preempts(scenario: Scenario, scheduler: str) -> dict[str, Any]:
     floor worker has no room; returns it once kube-scheduler has tried to preempt for it."""
     name = scenario.name
     scenario.setup([node(f"{name}-cpu-a", name, cpu=4),
-                    node(f"{name}-gpu-a", name, cpu=8, gpus=1)])
+                    node(f"{name}-gpu-a", name, cpu=8, gpus=1)], native_placement=False)
     scenario.create(priority_class(f"{name}-low", -10))
     scenario.create(priority_class(f"{name}-ray", 1000))
     scenario.create(plain_pod(scenario, "gpu-work", f"{name}-gpu-a", priority=f"{name}-low",
@@ -138,7 +141,7 @@ def race(lagging: LaggingRaygate, name: str) -> tuple[Scenario, float]:
     scenario = Scenario(lagging.testbed, name)
     # 7 CPU: the head (2, and 0.5 for its autoscaler sidecar) and the floor (2 x 2), no more.
     scenario.setup([node(f"{name}-cpu", name, cpu=7),
-                    node(f"{name}-gpu", name, cpu=2 * SURPLUS, gpus=1)])
+                    node(f"{name}-gpu", name, cpu=2 * SURPLUS, gpus=1)], native_placement=False)
     wait_until("the lagging raygate knows the GPU node",
                lambda: lagging.node_class(f"{name}-gpu") == "gpu", timeout=60)
     tolerate = {"tolerations": [TOLERATE_GPU]}

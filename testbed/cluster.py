@@ -43,6 +43,7 @@ from testbed.api import Api
 from testbed.build import COMPONENTS, cache_root
 from testbed.pki import Pki, make_pki
 from testbed.processes import Process, StartError, free_port, wait_for
+from testbed.webhook import NATIVE_PLACEMENT_OFF, webhook_configuration
 
 __all__ = ["DEPLOY", "REPO", "Testbed", "TestbedError", "binary", "running_testbed"]
 
@@ -98,6 +99,7 @@ class Ports:
     kuberay_health: int = field(default_factory=free_port)
     raygate_http: int = field(default_factory=free_port)
     raygate_grpc: int = field(default_factory=free_port)
+    raygate_webhook: int = field(default_factory=free_port)
 
 
 class Testbed:
@@ -405,7 +407,10 @@ class Testbed:
 
     def start_raygate(self) -> Process:
         """raygate as an operator deploys it: the ``raygate`` ServiceAccount of deploy/,
-        the settings of deploy/base/configmap.yaml, authz on."""
+        the settings of deploy/base/configmap.yaml, authz on, and the Ray-pod webhook of
+        deploy/native-placement (every namespace but raygate's, kube-system and those
+        labelled ``NATIVE_PLACEMENT_OFF``: the gate on each new CPU-only Ray pod)."""
+        assert self.pki is not None
         configmap = yaml.safe_load((DEPLOY / "base" / "configmap.yaml").read_text())
         config = self.workdir / "raygate.yaml"
         config.write_text(configmap["data"]["raygate.yaml"])
@@ -414,6 +419,9 @@ class Testbed:
             sys.executable, "-m", "raygate", "serve", f"--kubeconfig={kubeconfig}",
             f"--config={config}", f"--http-addr=127.0.0.1:{self.ports.raygate_http}",
             f"--grpc-addr=127.0.0.1:{self.ports.raygate_grpc}", "--authz=on",
+            f"--webhook-addr=127.0.0.1:{self.ports.raygate_webhook}",
+            f"--webhook-cert={self.pki.apiserver_cert}",
+            f"--webhook-key={self.pki.apiserver_key}",
             # The Deployment waits 5 s for endpoints controllers; there are none here.
             "--shutdown-delay-seconds=0",
         ], env={"PYTHONPATH": str(REPO),
@@ -422,6 +430,12 @@ class Testbed:
                 "POD_NAME": "raygate-testbed", "POD_NAMESPACE": RAYGATE_NAMESPACE})
         wait_for("raygate /readyz", lambda: urllib.request.urlopen(
             f"{self.raygate_url}/readyz", timeout=2).status == 200, 60, process)
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(webhook_configuration(
+            "raygate-ray-pods", f"https://127.0.0.1:{self.ports.raygate_webhook}",
+            self.pki.ca_cert, {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                 "values": ["kube-system", RAYGATE_NAMESPACE]},
+                {"key": NATIVE_PLACEMENT_OFF, "operator": "NotIn", "values": ["true"]}]})))
         return process
 
     def kill_raygate(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from testbed import build, default_setup
+from testbed import build, webhook
 from testbed.build import COMPONENTS
 from testbed.karpenter import GPU_LABELS, GPU_TAINT, INSTANCE_TYPES, node_pool
 
@@ -74,12 +74,14 @@ def test_a_gpu_pool_carries_the_taint_and_labels_and_wins_a_name_tie() -> None:
     assert sorted(["cpu-s", "gpu-s"], reverse=True)[0] == "gpu-s"
 
 
-def test_the_default_setups_webhook_is_called_by_url_in_labelled_namespaces() -> None:
-    configuration = default_setup._webhook_configuration("https://127.0.0.1:1", "Q0E=")
-    assert "annotations" not in configuration["metadata"]
-    (webhook,) = configuration["webhooks"]
-    assert webhook["clientConfig"] == {"url": "https://127.0.0.1:1/mutate/ray-pods",
-                                       "caBundle": "Q0E="}
-    assert webhook["namespaceSelector"] == {
-        "matchLabels": {default_setup.NAMESPACE_LABEL: "true"}}
-    assert webhook["objectSelector"] == {"matchLabels": {"ray.io/is-ray-node": "yes"}}
+def test_the_webhook_is_called_by_url_in_the_namespaces_selected(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(b"CA")
+    selector = {"matchLabels": {"x": "true"}}
+    configuration = webhook.webhook_configuration("name", "https://127.0.0.1:1", ca, selector)
+    assert configuration["metadata"] == {"name": "name"}  # no cert-manager injection
+    (hook,) = configuration["webhooks"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:1/mutate/ray-pods",
+                                    "caBundle": "Q0E="}
+    assert hook["namespaceSelector"] == selector
+    assert hook["objectSelector"] == {"matchLabels": {"ray.io/is-ray-node": "yes"}}
