@@ -66,6 +66,8 @@ class Scenario:
     pods: dict[str, PodHistory] = field(default_factory=dict)
     steps: list[tuple[float, str]] = field(default_factory=list)
     node_kinds: dict[str, str] = field(default_factory=dict)
+    observers: list[Callable[[str, dict[str, Any]], None]] = field(default_factory=list)
+    """Also called with each (event type, pod) the timeline's watch sees, on its thread."""
 
     def __post_init__(self) -> None:
         self.api = self.testbed.api()
@@ -199,6 +201,8 @@ class Scenario:
                 history.deleting = t
             if kind == "DELETED":
                 history.deleted = t
+        for observer in self.observers:
+            observer(kind, pod)
 
     def history(self) -> list[PodHistory]:
         with self._lock:
