@@ -188,12 +188,17 @@ startupProbe:
 {{- end }}
 {{- end }}
 
+{{/* "true" for an on/off setting of raygate.yaml that is on ("on" or a YAML true), else "". */}}
+{{- define "raygate.isOn" -}}
+{{- if has (toString .) (list "on" "true") }}true{{ end -}}
+{{- end }}
+
 {{/* "true" when raygate serves its Ray-pod webhook (every mode): native placement on
-(config.server.placement.native, the default), or the marker (config.server.webhook.marker);
-both "on" or a YAML boolean true. Else "" (extender only). */}}
+(config.server.placement.native, the default), or the marker (config.server.webhook.marker).
+Else "" (extender only). */}}
 {{- define "raygate.webhook" -}}
 {{- $server := .Values.config.server -}}
-{{- if or (has (toString $server.placement.native) (list "on" "true")) (has (toString $server.webhook.marker) (list "on" "true")) -}}
+{{- if or (include "raygate.isOn" $server.placement.native) (include "raygate.isOn" $server.webhook.marker) -}}
 true
 {{- end -}}
 {{- end }}
