@@ -29,7 +29,9 @@ Karpenter buys a CPU node for them (a ``cpu-8x``: they need 4 CPU), no GPU node.
 ends: the GPU node holds one surplus worker, underutilized; ``consolidateAfter`` later
 (and Karpenter's 15 s validation) Karpenter consolidates it, evicting that worker through
 the Eviction API (seen: ``Underutilized``, no new node, as the worker fits beside the
-replacements); KubeRay's new worker, still under the thrash guard, runs on a CPU node.
+replacements; 28 to 47 s after the job ended, the slower once Karpenter had first weighed
+and rejected a replacement node); KubeRay's new worker, still under the thrash guard,
+runs on a CPU node.
 
 The head and the floor are never evicted: raygate's budgets for them allow no disruption
 (asserted), and nothing evicts them. Karpenter never picked their node to disrupt (it
