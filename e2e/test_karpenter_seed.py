@@ -66,13 +66,13 @@ RAY_GROUPS = ("headgroup", "baseline", "overflow")
 # Karpenter 1.15's replace consolidation narrows the replacement to spot (so that it never
 # costs more), which the kwok provider cannot launch: it panics on the missing offering
 # (``addInstanceLabels``) and the consolidation waits for a node that never comes.
+ON_DEMAND = {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
 # Deleted pods go within their grace period (kwok, as a kubelet). The GPU job's victims
 # must go before kube-scheduler tries the job again: with the default 30 s it once did
 # not, kube-scheduler 1.37 dropped the job's nomination on that try ("preemption is not
 # helpful" while its victims were terminating) and Karpenter, seeing a provisionable pod,
 # bought a second GPU node for the job.
 QUICK = {"terminationGracePeriodSeconds": 1}
-ON_DEMAND = {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
 NOT_GPU_TERMS = [{"matchExpressions": [
     {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]}]
 
