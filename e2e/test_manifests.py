@@ -69,4 +69,4 @@ def test_the_default_scheduler_setup_parses_in_the_real_kube_scheduler(
     result = subprocess.run([str(binary), f"--config={patched}", f"--write-config-to={out}"],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "raygate.io/managed" in out.read_text()
+    assert "10.96.0.88" in out.read_text()  # the extender, unscoped (the marker is off)

@@ -161,6 +161,10 @@ class Testbed:
             self._start_controller_manager()
             self._install_crds()
             self.kubectl("apply", "-k", str(SCHEDULER_SETUP))
+            # Its webhook configuration calls the Service raygate-webhook, which nothing
+            # answers here: every pod creation would wait for the call to fail. raygate's
+            # own, called by URL, comes with raygate (``start_raygate``).
+            self.kubectl("delete", "mutatingwebhookconfiguration", "raygate-ray-pods")
             self.kubectl("create", "namespace", "ray")
             self._start_schedulers()
             self._start_kuberay()
@@ -300,8 +304,8 @@ class Testbed:
                                       check=False).returncode == 0, 60, process)
 
     def _install_crds(self) -> None:
-        """KubeRay's CRDs, cert-manager's (deploy/kube-scheduler-default asks it for
-        the webhook's certificate; no cert-manager controller runs here), Volcano's and
+        """KubeRay's CRDs, cert-manager's (deploy/native-placement asks it for the
+        webhook's certificate; no cert-manager controller runs here), Volcano's and
         Kueue's (installed before raygate starts, as in a cluster that runs them: raygate
         looks for a CRD that is missing only once a minute; Kueue's conversion webhook is
         added when Kueue starts)."""

@@ -239,7 +239,7 @@ def kueue_waiting() -> list[Obj]:
         .condition("QuotaReserved", "False", "Pending",
                    "couldn't assign flavors to pod set workers: insufficient unused quota "
                    "for cpu in flavor default-flavor, 2 more needed").obj(),
-        make_pod("kw-head").head("kw").created(at(-30))
+        make_pod("kw-head").head("kw").created(at(-30)).gated("kueue.x-k8s.io/elastic-job")
         .condition("PodScheduled", "False", "SchedulingGated",
                    "Scheduling is blocked due to non-empty scheduling gates", at(-30)).obj(),
         # raygate's own placement gate, alone: raygate is writing its rule into the pod.

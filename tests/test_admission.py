@@ -33,7 +33,7 @@ from raygate.plugin.admission import (
 from raygate.plugin.config import ConfigError, PolicyConfig, policy_config_from_mapping
 from raygate.plugin.model import Condition, PodView
 from tests import admission_scenarios as sc
-from tests.builders import T0_EPOCH, Obj, make_pod, make_raycluster
+from tests.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster
 from tests.conftest import snapshot_of
 
 CONFIG = PolicyConfig()
@@ -530,3 +530,20 @@ def test_stuck_settings() -> None:
         "policy.stuckUnboundSeconds: expected a number of seconds > 0, got 0",
         "policy.stuckStartingSeconds: expected a number of seconds > 0, got 'x'",
     ]
+
+
+@pytest.mark.parametrize(("gates", "state", "says"), [
+    (["raygate.io/placement"], "Starting", "raygate is writing its placement"),
+    ([], "Starting", "its scheduling gates are gone"),  # released, not judged yet
+    (["kueue.x-k8s.io/admission"], "WaitingForGangAdmission", "Kueue's quota gate"),
+    (["raygate.io/placement", "kueue.x-k8s.io/admission"], "WaitingForGangAdmission",
+     "Kueue's quota gate"),
+])
+def test_raygates_own_gate_is_starting_anothers_is_admission(
+        gates: list[str], state: str, says: str) -> None:
+    pod = make_pod("w").ray("rc", "g").gated(*gates).created(iso(T0_EPOCH - 1)).condition(
+        "PodScheduled", "False", "SchedulingGated",
+        "Scheduling is blocked due to non-empty scheduling gates", iso(T0_EPOCH - 1)).obj()
+    cluster = make_raycluster("rc").group("g", replicas=1, min=1, max=1).obj()
+    (status,) = [p for p in derive([cluster, pod], "rc").status.pods if p.name == "w"]
+    assert status.state.value == state and says in status.reason, status

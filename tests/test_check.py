@@ -233,6 +233,16 @@ def test_rg009_gpu_floor_above_the_gpu_nodes_raygate_sees(tmp_path: Path) -> Non
     assert lint(clusters, facts, PolicyConfig()) == []
 
 
+def test_rg014_no_gpu_node_label_no_native_rule(tmp_path: Path) -> None:
+    path = tmp_path / "rc.json"
+    path.write_text(json.dumps(good()))
+    no_labels = PolicyConfig(gpu_node_labels={})
+    clusters = check_files([str(path)], no_labels).clusters
+    assert [(f.id, f.path) for f in lint(clusters, None, no_labels)
+            if f.id == "RG014"] == [("RG014", "policy.gpuNodeLabels")]
+    assert [f for f in lint(clusters, None, PolicyConfig()) if f.id == "RG014"] == []
+
+
 def test_rg003_reports_the_configured_autoscaler_resources(tmp_path: Path) -> None:
     cluster = with_(good(), "metadata.labels", {"volcano.sh/queue-name": "q"})
     cluster["spec"]["autoscalerOptions"] = {"resources": {"requests": {"cpu": "1",
@@ -256,7 +266,8 @@ def test_an_unset_maxreplicas_is_the_crds_default_in_messages(tmp_path: Path) ->
 
 
 def test_every_rule_has_a_case() -> None:
-    ids = {case_id for _, _, expected in CASES for case_id, _, _ in expected} | {"RG009"}
+    # RG009 and RG014 need facts or a config of their own: tested apart, above.
+    ids = {case_id for _, _, expected in CASES for case_id, _, _ in expected} | {"RG009", "RG014"}
     assert {i for i in ids if i < "RG100"} == {f"RG{n:03d}" for n in range(1, len(RULES) + 1)}
 
 

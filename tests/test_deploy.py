@@ -5,7 +5,6 @@ verb checked against what raygate really serves."""
 
 from __future__ import annotations
 
-import copy
 import re
 import subprocess
 import tomllib
@@ -29,6 +28,7 @@ from raygate.extender.state.cache import ClusterCache
 from raygate.extender.state.snapshot_files import load_files
 from raygate.plugin.config import PolicyConfig
 from testbed.build import COMPONENTS
+from tests.kustomize import find, render
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -41,77 +41,6 @@ DEFAULTS = _parser().parse_args(["serve"])
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = f"ghcr.io/raygate-dev/raygate:{VERSION}"  # fully qualified, at the package's version
 Obj = dict[str, Any]
-
-
-def _merge(base: Any, patch: Any) -> Any:
-    """A strategic merge patch, as far as these manifests use it: maps merge, lists of
-    named objects merge by their merge key, other lists are replaced."""
-    if isinstance(base, dict) and isinstance(patch, dict):
-        merged = dict(base)
-        for key, value in patch.items():
-            merged[key] = _merge(base[key], value) if key in base else value
-        return merged
-    if isinstance(base, list) and isinstance(patch, list) and all(
-            isinstance(x, dict) for x in base + patch):
-        for merge_key in ("name", "mountPath", "containerPort"):
-            if all(merge_key in x for x in base + patch):
-                out = list(base)
-                for item in patch:
-                    hit = [i for i, x in enumerate(out) if x[merge_key] == item[merge_key]]
-                    if hit:
-                        out[hit[0]] = _merge(out[hit[0]], item)
-                    else:
-                        out.append(item)
-                return out
-    return copy.deepcopy(patch)
-
-
-def _set_images(objects: list[Obj], images: list[Obj]) -> None:
-    """kustomize's images transformer: a container image named ``name`` (no tag) becomes
-    ``newName:newTag``."""
-    for image in images:
-        for obj in objects:
-            pod = obj.get("spec", {}).get("template", {}).get("spec", {})
-            for container in pod.get("containers", []) + pod.get("initContainers", []):
-                if container["image"] == image["name"]:
-                    container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
-
-
-def render(folder: Path) -> list[Obj]:
-    """`kustomize build`, for the features these kustomizations use (resources,
-    components, patches including `$patch: delete`, images); e2e/test_chart.py compares
-    with the real one."""
-    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
-    objects: list[Obj] = []
-    for entry in kustomization.get("resources", []):
-        path = (folder / entry).resolve()
-        assert path.exists(), f"{folder.name}/kustomization.yaml: {entry} does not exist"
-        if path.is_dir():
-            objects.extend(render(path))
-        else:
-            objects.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    for patch_entry in kustomization.get("patches", []):
-        path = folder / patch_entry["path"]
-        assert path.exists(), f"{folder.name}: patch {patch_entry['path']} does not exist"
-        patch = yaml.safe_load(path.read_text())
-        targets = [i for i, o in enumerate(objects) if o["kind"] == patch["kind"]
-                   and o["metadata"]["name"] == patch["metadata"]["name"]]
-        assert targets, f"{folder.name}: patch {path.name} matches no resource"
-        if patch.get("$patch") == "delete":
-            del objects[targets[0]]
-        else:
-            objects[targets[0]] = _merge(objects[targets[0]], patch)
-    for component in kustomization.get("components", []):
-        spec = yaml.safe_load((folder / component / "kustomization.yaml").read_text())
-        assert spec["kind"] == "Component" and set(spec) <= {"apiVersion", "kind", "images"}
-        _set_images(objects, spec["images"])
-    _set_images(objects, kustomization.get("images", []))
-    return objects
-
-
-def find(objects: list[Obj], kind: str, name: str) -> Obj:
-    (obj,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    return obj
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -363,8 +292,10 @@ def test_kube_scheduler_configuration(setup: str, config: Obj) -> None:
         assert match["host"] == "127.0.0.1"
         assert config["profiles"] == [{"schedulerName": "ray-scheduler"}]
     else:
-        assert extender["managedResources"] == [
-            {"name": "raygate.io/managed", "ignoredByScheduler": True}]
+        # The marker is off by default (it blocks node autoscalers), so nothing scopes
+        # the extender: raygate answers a non-Ray pod at once.
+        assert "managedResources" not in extender
+        assert ServeSettings().webhook_marker == "off"
         service = find(render(DEPLOY / setup), "Service", "raygate")
         assert service["spec"]["clusterIP"] == match["host"]
 
@@ -382,8 +313,13 @@ def test_ray_scheduler_examples_use_it() -> None:
     assert volcano["metadata"]["labels"]["volcano.sh/queue-name"]
 
 
-def test_webhook_configuration() -> None:
-    objects = render(DEPLOY / "kube-scheduler-default")
+@pytest.mark.parametrize("setup", SETUPS[1:])
+def test_every_setup_serves_the_native_placement_webhook(setup: str) -> None:
+    """Every setup but deploy/base alone gates Ray pods (docs/native-placement.md): the
+    webhook configuration calls a route raygate serves, through the Service
+    raygate-webhook, which selects the pods whose raygate listens there with the
+    certificate cert-manager issues for that Service and injects the CA of."""
+    objects = render(DEPLOY / setup)
     config = find(objects, "MutatingWebhookConfiguration", "raygate-ray-pods")
     (hook,) = config["webhooks"]
     assert hook["failurePolicy"] == "Ignore"
@@ -395,17 +331,39 @@ def test_webhook_configuration() -> None:
     webhook = RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=False)
     assert client["path"] in webhook.routes()
     service = find(objects, "Service", client["name"])
+    ((deployment, container),) = _raygate_containers(objects)
+    assert _selects(service["spec"]["selector"], deployment)
+    assert [d for d in objects if d["kind"] == "Deployment"
+            and _selects(service["spec"]["selector"], d)] == [deployment]
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == client["port"]]
-    (_, container), *_ = _raygate_containers(objects)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports[port["targetPort"]] == _addr_port(container["args"], "--webhook-addr")
     certificate = find(objects, "Certificate", "raygate-webhook")
     assert f"{client['name']}.{client['namespace']}.svc" in certificate["spec"]["dnsNames"]
-    volumes = {v["name"]: v for v in find(objects, "Deployment", "raygate")["spec"]["template"]
-               ["spec"]["volumes"]}
-    assert volumes["webhook-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    for flag in ("--webhook-cert", "--webhook-key"):
+        (path,) = [a.split("=", 1)[1] for a in container["args"] if a.startswith(f"{flag}=")]
+        secret = volumes[mounts[path.rpartition("/")[0]]]["secret"]
+        assert secret["secretName"] == certificate["spec"]["secretName"], flag
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}")
+
+
+def test_the_webhook_patch_keeps_the_args_of_the_raygate_it_patches() -> None:
+    """../native-placement gives `args` whole (a list without a merge key): base's and
+    the sidecar's own, unchanged, then the webhook's listener and certificate."""
+    patch = yaml.safe_load((DEPLOY / "native-placement" / "serve-webhook.yaml").read_text())
+    (patched,) = patch["spec"]["template"]["spec"]["containers"]
+    for setup, name in (("base", "raygate"), ("kube-scheduler-second", "ray-scheduler")):
+        (own,) = [c for c in yaml.safe_load_all((DEPLOY / setup / (
+            "deployment.yaml" if setup == "base" else "scheduler.yaml")).read_text())
+            if c and c["kind"] == "Deployment" and c["metadata"]["name"] == name]
+        (container,) = [c for c in own["spec"]["template"]["spec"]["containers"]
+                        if c["name"] == "raygate"]
+        assert patched["args"][:len(container["args"])] == container["args"], setup
+        assert [a.split("=")[0] for a in patched["args"][len(container["args"]):]] == [
+            "--webhook-addr", "--webhook-cert", "--webhook-key"]
 
 
 PROFILE = DEPLOY / "ray-autoscaler" / "raygate-autoscaler.sh"

@@ -58,6 +58,23 @@ def test_http_explain_thrash_guard_and_unknown_pod(server: ServerThread,
     assert "does not know pod ray/ghost" in reply.json()["error"]["message"]
 
 
+def test_explain_says_what_the_native_placement_did(server: ServerThread,
+                                                   client: httpx.Client) -> None:
+    released = make_pod("b2").ray("rc", "base").label("raygate.io/role", "floor") \
+        .label("raygate.io/rule", "floor-avoids-gpu").obj()
+    gated = make_pod("o2").ray("rc", "over").gated("raygate.io/placement").obj()
+    server.publish(*NODES, CLUSTER, PENDING_FLOOR, released, gated)
+    said = {name: client.get(f"/v1/namespaces/ray/pods/{name}/explain").json()
+            .get("nativePlacement") for name in ("b1", "b2", "o2")}
+    assert said["b1"] is None  # created without the gate
+    assert said["b2"].startswith("released as floor by rule floor-avoids-gpu")
+    assert said["o2"].startswith("held by raygate's scheduling gate raygate.io/placement")
+    with grpc.insecure_channel(f"127.0.0.1:{server.server.grpc_port}") as channel:
+        stub = explain_pb2_grpc.ExplainStub(channel)
+        reply = stub.Explain(pb.ExplainRequest(namespace="ray", name="b2"), timeout=10)
+        assert reply.native_placement == said["b2"]
+
+
 def test_http_explain_of_a_posted_pod(server: ServerThread, client: httpx.Client) -> None:
     server.publish(*NODES, CLUSTER)
     reply = post_json(client, "/v1/explain", {"pod": PENDING_FLOOR, "nodeNames": ["gpu-2"]})

@@ -15,7 +15,7 @@ import jsonpatch
 import pytest
 
 from raygate.extender.api.native import FAIL_OPEN_AFTER, NativePlacement
-from raygate.extender.kube.transport import ApiError
+from raygate.extender.kube.transport import ApiError, TransportError
 from raygate.extender.metrics.registry import Metrics
 from raygate.extender.state.cache import ClusterCache
 from raygate.plugin.config import PolicyConfig
@@ -138,9 +138,9 @@ def test_a_pod_of_an_unknown_raycluster_waits_then_goes_as_floor() -> None:
     assert {api.pod(n)["metadata"]["labels"][LABEL_ROLE] for n in ("w0", "w1")} == {"floor"}
 
 
-def test_failed_writes_are_retried_with_a_backoff_then_released_bare() -> None:
+def test_refused_writes_are_retried_with_a_backoff_then_released_bare() -> None:
     api = FakeApi(burst(1, 1)[0:1] + burst(1, 1)[2:])
-    api.fail = lambda name: (ApiError(500, "InternalError", "etcd")
+    api.fail = lambda name: (ApiError(400, "BadRequest", "an admission plugin objects")
                              if len(api.calls) <= FAIL_OPEN_AFTER else None)
 
     async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
@@ -154,6 +154,23 @@ def test_failed_writes_are_retried_with_a_backoff_then_released_bare() -> None:
     assert pod["spec"]["schedulingGates"] == [] and "affinity" not in pod["spec"]
     assert metrics.placement_releases.labels(
         "floor-avoids-gpu", "required-not-gpu", "failed").value == FAIL_OPEN_AFTER
+
+
+@pytest.mark.parametrize("error", [ApiError(500, "InternalError", "etcd"),
+                                   ApiError(429, "TooManyRequests", "slow down"),
+                                   TransportError("connection refused")])
+def test_an_api_server_out_of_reach_is_waited_for_rule_and_all(error: Exception) -> None:
+    api = FakeApi(burst(1, 1)[0:1] + burst(1, 1)[2:])
+    api.fail = lambda name: error if len(api.calls) <= 2 * FAIL_OPEN_AFTER else None
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        for _ in range(2 * FAIL_OPEN_AFTER + 1):
+            await settle(0.1)
+            clock.now += 60
+
+    run(api, steps)
+    assert len(api.calls) == 2 * FAIL_OPEN_AFTER + 1
+    assert REQUIRED in api.pod("w0")["spec"]["affinity"]["nodeAffinity"]
 
 
 @pytest.mark.parametrize("code", [404, 422])

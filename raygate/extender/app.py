@@ -192,6 +192,11 @@ def serve(loaded: Loaded) -> None:
     # Once the settings hold: a refusal above is a line on stderr, not a log record.
     logs.configure(settings.log_level, settings.log_format)
     log.info("%s starting", describe())
+    if not settings.policy.gpu_node_labels:
+        # Node autoscalers decide before a node exists: only a label can name a GPU node.
+        log.warning("policy.gpuNodeLabels is empty: raygate tells GPU nodes by allocatable "
+                    "GPUs only, and writes no native placement rule (node autoscalers and "
+                    "schedulers without raygate's extender will not see its rule)")
     with ExitStack() as running:
         if authorizer is not None:
             running.callback(authorizer.close)

@@ -15,6 +15,7 @@ from raygate.plugin.admission import admission_status, is_running
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import ClusterView, NodeView, PodView
+from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE
 from raygate.plugin.placement import Decision, Placement, decide, score, thrash_guard_until
 
 __all__ = ["Explanation", "NodeExplanation", "explain"]
@@ -51,6 +52,8 @@ class Explanation:
     """As the admission status says (``WaitingForCapacity``, …), ``Running``, or ``""``
     when the RayCluster is unknown or the pod is not a Ray pod."""
     admission_reason: str = ""
+    native_placement: str = ""
+    """raygate's rule in native form on the pod (``_native``), or ``""``."""
 
 
 def _node(name: str, view_node: NodeView | None, decision: Decision,
@@ -103,7 +106,20 @@ def explain(
         nodes=tuple(nodes),
         admission_state=state,
         admission_reason=why,
+        native_placement=_native(pod),
     )
+
+
+def _native(pod: PodView) -> str:
+    """What raygate's native placement did to the pod, read from the pod itself."""
+    if GATE in pod.scheduling_gates:
+        return (f"held by raygate's scheduling gate {GATE}: raygate writes its rule into "
+                "the pod, then releases it")
+    role, rule = pod.labels.get(LABEL_ROLE), pod.labels.get(LABEL_RULE)
+    if role is None and rule is None:
+        return ""
+    return (f"released as {role or '?'} by rule {rule or '?'} (its node affinity holds "
+            "raygate's rule for every scheduler and node autoscaler)")
 
 
 def _admission(pod: PodView, view: ClusterView, config: PolicyConfig,

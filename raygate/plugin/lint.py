@@ -228,8 +228,10 @@ def rg008_floor_tolerates_gpu(
     filters, but the toleration says the opposite of what raygate will do."""
     return [
         Finding("RG008", Severity.WARNING, cluster.ref, f"{path}.tolerations",
-                f"{what} tolerates GPU taints: raygate refuses GPU nodes to it, and without "
-                "raygate's filter it can take one", "drop the GPU toleration")
+                f"{what} tolerates GPU taints: raygate refuses GPU nodes to it, and wherever "
+                "raygate's rule does not reach (no native placement, a GPU node without a "
+                "GPU label) a scheduler or node autoscaler can put it on one; raygate can "
+                "add a toleration, never remove one", "drop the GPU toleration")
         for what, path, spec in _cpu_floor(cluster, config)
         if _tolerates_gpu(spec.tolerations, config)
     ]
@@ -343,6 +345,23 @@ def rg013_floor_selects_gpu_nodes(
     return out
 
 
+def rg014_no_gpu_node_labels(
+    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
+) -> list[Finding]:
+    """No GPU node label is configured, and the cluster has CPU-only floor pods: raygate's
+    native rule names GPU nodes by label only (a node autoscaler decides before the node
+    exists), so it cannot be written; only the extender keeps the floor off GPU nodes."""
+    if config.gpu_node_labels or not _cpu_floor(cluster, config):
+        return []
+    return [Finding(
+        "RG014", Severity.WARNING, cluster.ref, "policy.gpuNodeLabels",
+        "no GPU node label is configured: raygate can detect GPU nodes only by their "
+        "allocatable GPUs, which a node autoscaler cannot see before it buys a node, so "
+        "raygate writes no native rule for this cluster's CPU-only floor",
+        "set policy.gpuNodeLabels to the labels your GPU nodes carry "
+        "(nvidia.com/gpu.present, your NodePool's label)")]
+
+
 RULES: Sequence[LintRule] = (
     rg001_floor_from_replicas,
     rg002_multi_host_overflow,
@@ -357,6 +376,7 @@ RULES: Sequence[LintRule] = (
     rg011_negative_count,
     rg012_kueue_autoscaling_not_elastic,
     rg013_floor_selects_gpu_nodes,
+    rg014_no_gpu_node_labels,
 )
 
 

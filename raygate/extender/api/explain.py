@@ -75,6 +75,7 @@ class ExplainReply(_Base, kw_only=True):
     thrash_guard_active: bool
     admission_state: str | None = None
     admission_reason: str | None = None
+    native_placement: str | None = None
     nodes: list[NodeReply]
 
 
@@ -91,6 +92,7 @@ def to_wire(e: Explanation) -> ExplainReply:
         thrash_guard_active=e.thrash_guard_active,
         admission_state=e.admission_state or None,
         admission_reason=e.admission_reason or None,
+        native_placement=e.native_placement or None,
         nodes=[NodeReply(n.name, n.node_class, n.class_reason, n.passes, n.rule, n.reason,
                          n.score) for n in e.nodes],
     )
@@ -122,6 +124,8 @@ def render_table(reply: ExplainReply) -> str:
     ]
     if reply.admission_state:
         lines.append(f"  admission: {reply.admission_state}: {reply.admission_reason}")
+    if reply.native_placement:
+        lines.append(f"  native placement: {reply.native_placement}")
     width = max([len(n.name) for n in reply.nodes] + [4])
     lines.append(f"  {'NODE':<{width}}  CLASS    FILTER  SCORE  WHY")
     for n in reply.nodes:
@@ -142,6 +146,7 @@ def to_proto(reply: ExplainReply) -> pb.Explanation:
         thrash_guard_active=reply.thrash_guard_active,
         admission_state=reply.admission_state or "",
         admission_reason=reply.admission_reason or "",
+        native_placement=reply.native_placement or "",
         nodes=[pb.NodeExplanation(name=n.name, node_class=n.node_class,
                                   class_reason=n.class_reason, passes=n.passes, rule=n.rule,
                                   reason=n.reason, score=n.score)
@@ -159,6 +164,7 @@ def from_proto(message: pb.Explanation) -> ExplainReply:
         thrash_guard_active=message.thrash_guard_active,
         admission_state=message.admission_state or None,
         admission_reason=message.admission_reason or None,
+        native_placement=message.native_placement or None,
         nodes=[NodeReply(n.name, n.node_class, n.class_reason, n.passes, n.rule, n.reason,
                          n.score if n.HasField("score") else None) for n in message.nodes],
     )

@@ -17,7 +17,9 @@ late. A release that races another writer fails whole on its ``test`` (422: noth
 written); one that fails otherwise is tried again after a backoff, never in a loop.
 
 A gated pod whose RayCluster the cache lacks waits up to ``wait_seconds`` (the RayCluster
-comes by another watch), then is released as floor, the safe side. raygate down means no
+comes by another watch), then is released as floor, the safe side. A pod whose patch the
+API server refuses ``FAIL_OPEN_AFTER`` times is released bare (fail open); one it cannot
+be reached for waits for it. raygate down means no
 new gates (the webhook's ``failurePolicy: Ignore``) and the gated pods wait for the next
 leader: within one lease when a second replica runs.
 
@@ -69,6 +71,17 @@ class _Claim:
     sent_at: float
 
 
+@dataclass(slots=True)
+class _Failures:
+    attempts: int = 0
+    """Failed releases: the backoff doubles with each."""
+    refusals: int = 0
+    """Of those, the API server's refusals of the patch itself (a 4xx other than 404 and
+    429): ``FAIL_OPEN_AFTER`` of them and the pod is released bare. An API server that
+    cannot be reached (restarting, say) is waited for, never a reason to drop the rule."""
+    retry_at: float = 0.0
+
+
 class NativePlacement:
     def __init__(self, cache: ClusterCache, clock: Callable[[], float], patch: PatchPod,
                  metrics: Metrics, *, leading: Callable[[], bool] = lambda: True,
@@ -86,8 +99,8 @@ class NativePlacement:
         """Released (or being released) pods the snapshot may still show gated."""
         self._seen: dict[str, float] = {}
         """When each gated pod was first seen (waits, backoffs, the gate's histogram)."""
-        self._failures: dict[str, tuple[int, float]] = {}
-        """Pods whose release failed: (failures, when to try again)."""
+        self._failures: dict[str, _Failures] = {}
+        """Pods whose release failed, and when to try again."""
         self._waiting: set[_ClusterKey] = set()
         """Clusters with gated pods not released yet: looked at on every tick."""
         self._checked: Snapshot | None = None
@@ -172,7 +185,8 @@ class NativePlacement:
         sent = 0
         for pod in gated:
             first_seen = self._seen.setdefault(pod.uid, now)
-            if self._failures.get(pod.uid, (0, 0.0))[1] > now or (
+            failures = self._failures.get(pod.uid)
+            if (failures is not None and failures.retry_at > now) or (
                     snap.raycluster(*key) is None and now - first_seen < self.wait_seconds):
                 self._waiting.add(key)
                 continue
@@ -185,12 +199,12 @@ class NativePlacement:
         verdict = release_role(pod, snap, {u: c.role for u, c in self._claims.items()})
         decision = decide(pod, snap, snap.config, now, role=verdict)
         rule = native_rule(decision, snap.config)
-        failures = self._failures.get(pod.uid, (0, 0.0))[0]
-        if failures >= FAIL_OPEN_AFTER:
-            # The patch keeps failing (a shape raygate misread, an admission plugin that
-            # refuses it): release the pod bare rather than hold it.
-            log.warning("%s: releasing it without raygate's rule after %d failed releases",
-                        pod.ref, failures, extra=about(namespace=pod.namespace, pod=pod.name))
+        refusals = self._failures.get(pod.uid, _Failures()).refusals
+        if refusals >= FAIL_OPEN_AFTER:
+            # The API server keeps refusing the patch (a shape raygate misread, an
+            # admission plugin that objects): release the pod bare rather than hold it.
+            log.warning("%s: releasing it without raygate's rule after %d refused releases",
+                        pod.ref, refusals, extra=about(namespace=pod.namespace, pod=pod.name))
             rule = NativeRule.NONE
         labels = {LABEL_ROLE: verdict.role.value, LABEL_RULE: decision.rule.value}
         ops = release_patch(pod, rule, labels, snap.config)
@@ -221,9 +235,11 @@ class NativePlacement:
         self._claims.pop(pod.uid, None)  # the snapshot will say who released it, if anyone
         # Conflicts and gone pods too, until the snapshot shows what happened: a pod still
         # gated then failed its ``test`` on something else (validation answers 422 too).
-        failures = self._failures.get(pod.uid, (0, 0.0))[0] + 1
-        delay = min(self.retry_seconds * 2 ** (failures - 1), MAX_RETRY_SECONDS)
-        self._failures[pod.uid] = (failures, now + delay)
+        failures = self._failures.setdefault(pod.uid, _Failures())
+        failures.attempts += 1
+        failures.refusals += 400 <= code < 500 and code not in (404, 429)
+        delay = min(self.retry_seconds * 2 ** (failures.attempts - 1), MAX_RETRY_SECONDS)
+        failures.retry_at = now + delay
         self._waiting.add((pod.namespace, pod.ray_cluster))
         self._wake(delay)
         log.warning("%s: release from raygate's gate answered %s (looked at again in "

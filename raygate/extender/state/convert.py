@@ -83,12 +83,13 @@ def resources(values: kube.ResourceList | None, path: str) -> Mapping[str, int]:
     return MappingProxyType(out)
 
 
+_UNGATED: tuple[tuple[str, ...], None] = ((), None)
+
+
 def _gates(spec: kube.PodSpec) -> tuple[tuple[str, ...], NodeAffinityShape | None]:
     """The pod's scheduling gates, and the shape of its node affinity while raygate's own
     gate holds it (what the release patch needs; no other pod keeps it)."""
-    if not spec.scheduling_gates:
-        return (), None
-    gates = tuple(g.name for g in spec.scheduling_gates)
+    gates = tuple(g.name for g in spec.scheduling_gates or ())
     return gates, (_affinity_shape(spec.affinity) if GATE in gates else None)
 
 
@@ -192,7 +193,7 @@ class PodViews:
         if spec.init_containers:
             init_containers = tuple(self._container(c, path, ".spec.initContainers[%d]", i)
                                     for i, c in enumerate(spec.init_containers))
-        gates, shape = _gates(spec)
+        gates, shape = _gates(spec) if spec.scheduling_gates else _UNGATED
         return PodView(
             uid=meta.uid,
             namespace=meta.namespace,

@@ -223,10 +223,14 @@ POD_RULES: tuple[PodRule, ...] = (
     PodRule(
         # raygate's own gate, alone: raygate is writing its placement into the pod (for
         # well under a second, or ``placement.waitSeconds`` while its RayCluster is unknown).
+        # No gate left under a SchedulingGated condition: just released, not judged yet.
         "placement-gated", PodState.STARTING,
-        lambda f: f.verdict is SchedulerVerdict.GATED and f.pod.scheduling_gates == (GATE,),
-        lambda f: "raygate is writing its placement into the pod (scheduling gate "
-                  f"{GATE}); {_scheduler_said(f)}",
+        lambda f: (f.verdict is SchedulerVerdict.GATED
+                   and set(f.pod.scheduling_gates) <= {GATE}),
+        lambda f: ("raygate is writing its placement into the pod (scheduling gate "
+                   f"{GATE})" if f.pod.scheduling_gates else
+                   "its scheduling gates are gone; the scheduler has not judged it yet")
+        + f"; {_scheduler_said(f)}",
         lambda f: f.verdict_since),
     PodRule(
         "scheduling-gated", PodState.WAITING_FOR_GANG_ADMISSION,

@@ -188,6 +188,57 @@ startupProbe:
 {{- end }}
 {{- end }}
 
+{{/* "true" for an on/off setting of raygate.yaml that is on ("on" or a YAML true), else "". */}}
+{{- define "raygate.isOn" -}}
+{{- if has (toString .) (list "on" "true") }}true{{ end -}}
+{{- end }}
+
+{{/* "true" when raygate serves its Ray-pod webhook (every mode): native placement on
+(config.server.placement.native, the default), or the marker (config.server.webhook.marker).
+Else "" (extender only). */}}
+{{- define "raygate.webhook" -}}
+{{- $server := .Values.config.server -}}
+{{- if or (include "raygate.isOn" $server.placement.native) (include "raygate.isOn" $server.webhook.marker) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* Where the webhook's certificate comes from: existingSecret (with its caBundle),
+certManager (webhook.tls.certManager.enabled), else generated (the chart's own CA). */}}
+{{- define "raygate.webhookCertSource" -}}
+{{- $tls := .Values.webhook.tls -}}
+{{- if $tls.existingSecret }}existingSecret{{ else if $tls.certManager.enabled }}certManager{{ else }}generated{{ end -}}
+{{- end }}
+
+{{/* The raygate container's webhook listener, its port and its certificate's mount and
+volume, where raygate serves the webhook: each a list of one, or nothing. */}}
+{{- define "raygate.webhookArgs" -}}
+{{- if include "raygate.webhook" . }}
+- --webhook-addr=0.0.0.0:9443
+- --webhook-cert=/etc/raygate/tls/tls.crt
+- --webhook-key=/etc/raygate/tls/tls.key
+{{- end }}
+{{- end }}
+
+{{- define "raygate.webhookPort" -}}
+{{- if include "raygate.webhook" . }}
+- {name: webhook, containerPort: 9443, protocol: TCP}
+{{- end }}
+{{- end }}
+
+{{- define "raygate.webhookMount" -}}
+{{- if include "raygate.webhook" . }}
+- {name: webhook-tls, mountPath: /etc/raygate/tls, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- define "raygate.webhookVolume" -}}
+{{- if include "raygate.webhook" . }}
+- name: webhook-tls
+  secret: {secretName: {{ .Values.webhook.tls.existingSecret | default "raygate-webhook-tls" }}}
+{{- end }}
+{{- end }}
+
 {{/* The setup's own checks: a combination that cannot work fails the render. */}}
 {{- define "raygate.validate" -}}
 {{- $mode := .Values.kubeScheduler.mode -}}
@@ -206,7 +257,11 @@ startupProbe:
 {{- if and .Values.volcano.enabled .Values.tls.clientCASecretName -}}
 {{- fail "tls.clientCASecretName with volcano.enabled: Volcano's extender client presents no certificate (docs/security.md)" -}}
 {{- end -}}
-{{- if and (eq $mode "default") (not .Values.webhook.tls.certManager.enabled) (not (and .Values.webhook.tls.existingSecret .Values.webhook.tls.caBundle)) -}}
-{{- fail "kubeScheduler.mode default serves a webhook: set webhook.tls.certManager.enabled, or webhook.tls.existingSecret and webhook.tls.caBundle" -}}
+{{- $tls := .Values.webhook.tls -}}
+{{- if ne (empty $tls.existingSecret) (empty $tls.caBundle) -}}
+{{- fail "webhook.tls.existingSecret and webhook.tls.caBundle go together: the Secret serves the webhook, the CA (base64 PEM) is what the API server verifies it with" -}}
+{{- end -}}
+{{- if and $tls.existingSecret $tls.certManager.enabled -}}
+{{- fail "webhook.tls: existingSecret or certManager.enabled, not both (one certificate source)" -}}
 {{- end -}}
 {{- end }}

@@ -118,6 +118,7 @@ class Explanation(_message.Message):
     ADMISSION_STATE_FIELD_NUMBER: _builtins.int
     ADMISSION_REASON_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    NATIVE_PLACEMENT_FIELD_NUMBER: _builtins.int
     pod: _builtins.str
     """"namespace/name" of the pod."""
     verdict: _builtins.str
@@ -136,6 +137,11 @@ class Explanation(_message.Message):
     """
     admission_reason: _builtins.str
     """The admission state in words."""
+    native_placement: _builtins.str
+    """raygate's placement in native form on this pod: the role and rule it was released
+    with from raygate's scheduling gate, that the gate holds it now, or empty (created
+    without the gate).
+    """
     @_builtins.property
     def thrash_guard_until(self) -> _timestamp_pb2.Timestamp:
         """When the thrash guard of the pod's group ends (or ended); absent when the group never
@@ -159,10 +165,11 @@ class Explanation(_message.Message):
         admission_state: _builtins.str = ...,
         admission_reason: _builtins.str = ...,
         nodes: _abc.Iterable[Global___NodeExplanation] | None = ...,
+        native_placement: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["thrash_guard_until", b"thrash_guard_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_reason", b"admission_reason", "admission_state", b"admission_state", "nodes", b"nodes", "pod", b"pod", "reason", b"reason", "role", b"role", "rule", b"rule", "thrash_guard_active", b"thrash_guard_active", "thrash_guard_until", b"thrash_guard_until", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_reason", b"admission_reason", "admission_state", b"admission_state", "native_placement", b"native_placement", "nodes", b"nodes", "pod", b"pod", "reason", b"reason", "role", b"role", "rule", b"rule", "thrash_guard_active", b"thrash_guard_active", "thrash_guard_until", b"thrash_guard_until", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
