@@ -53,10 +53,10 @@ RELEASES_PER_SECOND = 5.0
 second measured here, where the same process answers the webhook and the extender and
 follows the burst's watch events."""
 FAIL_OPEN_BUG = (
-    "raygate bug: a release that fails three times for a transient reason (kube-apiserver "
-    "restarting: 503 'apiserver is shutting down', connection refused, then 403 while the "
-    "new server's RBAC cache fills) is sent without the native rule (fail open, meant for "
-    "refusals), and its raygate.io/rule label still names the rule it does not carry")
+    "raygate bug: pods released without the native rule after a kube-apiserver restart "
+    "(seen before 016cdd3 with 503 'shutting down', connection refused, then 403 while the "
+    "new server's RBAC cache fills: the 403 still counts as a refusal), and their "
+    "raygate.io/rule label names the rule they do not carry")
 NOT_GPU = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
 """deploy/'s ``gpuNodeLabels`` as the native rule writes it."""
 CONSISTENT = {"head": ("head", "head-avoids-gpu", "required"),
