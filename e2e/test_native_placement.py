@@ -54,9 +54,9 @@ second measured here, where the same process answers the webhook and the extende
 follows the burst's watch events."""
 FAIL_OPEN_BUG = (
     "raygate bug: pods released without the native rule after a kube-apiserver restart "
-    "(seen before 016cdd3 with 503 'shutting down', connection refused, then 403 while the "
-    "new server's RBAC cache fills: the 403 still counts as a refusal), and their "
-    "raygate.io/rule label names the rule they do not carry")
+    "(seen with 503 'shutting down', connection refused, then 403 while the new server's "
+    "RBAC cache fills, before transport failures stopped counting; the 403 still does), and "
+    "their raygate.io/rule label names the rule they do not carry")
 NOT_GPU = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
 """deploy/'s ``gpuNodeLabels`` as the native rule writes it."""
 CONSISTENT = {"head": ("head", "head-avoids-gpu", "required"),
