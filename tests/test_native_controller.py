@@ -152,12 +152,14 @@ def test_refused_writes_are_retried_with_a_backoff_then_released_bare() -> None:
     assert len(api.calls) == FAIL_OPEN_AFTER + 1  # no hot loop
     pod = api.pod("w0")
     assert pod["spec"]["schedulingGates"] == [] and "affinity" not in pod["spec"]
+    assert pod["metadata"]["labels"][LABEL_RULE] == "failed-open"  # not the rule it lacks
     assert metrics.placement_releases.labels(
         "floor-avoids-gpu", "required-not-gpu", "failed").value == FAIL_OPEN_AFTER
 
 
 @pytest.mark.parametrize("error", [ApiError(500, "InternalError", "etcd"),
                                    ApiError(429, "TooManyRequests", "slow down"),
+                                   ApiError(403, "Forbidden", "a restarted authorizer"),
                                    TransportError("connection refused")])
 def test_an_api_server_out_of_reach_is_waited_for_rule_and_all(error: Exception) -> None:
     api = FakeApi(burst(1, 1)[0:1] + burst(1, 1)[2:])

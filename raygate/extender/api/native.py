@@ -63,6 +63,10 @@ _ClusterKey = tuple[str, str]
 FAIL_OPEN_AFTER = 3
 """Failed releases of a pod after which it is released without a rule (fail open)."""
 MAX_RETRY_SECONDS = 30.0
+REFUSALS = frozenset({400, 422})
+FAILED_OPEN = "failed-open"
+"""The ``raygate.io/rule`` of a pod released without raygate's rule."""
+"""The API server's answers that say the patch itself will not do."""
 
 
 @dataclass(slots=True)
@@ -76,9 +80,11 @@ class _Failures:
     attempts: int = 0
     """Failed releases: the backoff doubles with each."""
     refusals: int = 0
-    """Of those, the API server's refusals of the patch itself (a 4xx other than 404 and
-    429): ``FAIL_OPEN_AFTER`` of them and the pod is released bare. An API server that
-    cannot be reached (restarting, say) is waited for, never a reason to drop the rule."""
+    """Of those, the API server's refusals of the patch itself (400, 422: invalid, or an
+    admission plugin objects): ``FAIL_OPEN_AFTER`` of them and the pod is released bare.
+    An API server that cannot be reached, or answers 5xx, 429 or a 403 while a restarted
+    one fills its authorization cache, is waited for, never a reason to drop the rule (a
+    403 that lasts would refuse a bare release as well)."""
     retry_at: float = 0.0
 
 
@@ -86,7 +92,7 @@ class NativePlacement:
     def __init__(self, cache: ClusterCache, clock: Callable[[], float], patch: PatchPod,
                  metrics: Metrics, *, leading: Callable[[], bool] = lambda: True,
                  wait_seconds: float = 10.0, retry_seconds: float = 1.0,
-                 tick_seconds: float = 1.0, workers: int = 4) -> None:
+                 tick_seconds: float = 1.0, workers: int = 8) -> None:
         self.cache = cache
         self.clock = clock
         self.patch = patch
@@ -200,13 +206,15 @@ class NativePlacement:
         decision = decide(pod, snap, snap.config, now, role=verdict)
         rule = native_rule(decision, snap.config)
         refusals = self._failures.get(pod.uid, _Failures()).refusals
-        if refusals >= FAIL_OPEN_AFTER:
+        failed_open = refusals >= FAIL_OPEN_AFTER
+        if failed_open:
             # The API server keeps refusing the patch (a shape raygate misread, an
             # admission plugin that objects): release the pod bare rather than hold it.
             log.warning("%s: releasing it without raygate's rule after %d refused releases",
                         pod.ref, refusals, extra=about(namespace=pod.namespace, pod=pod.name))
             rule = NativeRule.NONE
-        labels = {LABEL_ROLE: verdict.role.value, LABEL_RULE: decision.rule.value}
+        labels = {LABEL_ROLE: verdict.role.value,
+                  LABEL_RULE: FAILED_OPEN if failed_open else decision.rule.value}
         ops = release_patch(pod, rule, labels, snap.config)
         self._claims[pod.uid] = _Claim(verdict.role, now)
         fields = about(namespace=pod.namespace, pod=pod.name, raycluster=pod.ray_cluster)
@@ -237,7 +245,7 @@ class NativePlacement:
         # gated then failed its ``test`` on something else (validation answers 422 too).
         failures = self._failures.setdefault(pod.uid, _Failures())
         failures.attempts += 1
-        failures.refusals += 400 <= code < 500 and code not in (404, 429)
+        failures.refusals += code in REFUSALS
         delay = min(self.retry_seconds * 2 ** (failures.attempts - 1), MAX_RETRY_SECONDS)
         failures.retry_at = now + delay
         self._waiting.add((pod.namespace, pod.ray_cluster))
