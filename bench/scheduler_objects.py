@@ -9,7 +9,8 @@ from typing import Any
 
 from bench import payloads
 
-__all__ = ["FLOOR_SHARE", "NAMESPACE", "SCHEDULER", "nodes", "rayclusters", "worker_pods"]
+__all__ = ["FLOOR_SHARE", "NAMESPACE", "SCHEDULER", "nodes", "probe_pod", "rayclusters",
+           "worker_pods"]
 
 Obj = dict[str, Any]
 NAMESPACE = "ray"
@@ -30,6 +31,9 @@ def _clean(obj: Obj, *, keep_status: bool = False) -> Obj:
 
 
 def nodes(count: int) -> list[Obj]:
+    """``count`` nodes, one in seven a GPU node: the ``nvidia.com/gpu`` taint and
+    resource, and the label ``nvidia.com/gpu.present=true`` that raygate's native rule
+    names (``policy.gpuNodeLabels``)."""
     gpu = payloads.snapshot_gpu_node_names(payloads.cluster_snapshot(count))
     # Status kept: the API server keeps a new Node's status (a Pod's it drops).
     return [_clean(payloads.node(name, i, name in gpu), keep_status=True)
@@ -80,3 +84,14 @@ def worker_pods(clusters: list[Obj], run: str) -> list[Obj]:
                     "labelSelector"]["matchLabels"]["ray.io/cluster"] = name
                 out.append(pod)
     return out
+
+
+def probe_pod() -> Obj:
+    """A small pod, no Ray pod (no webhook call), for ``SCHEDULER``: bound once that
+    kube-scheduler schedules."""
+    return {"metadata": {"generateName": "probe-", "namespace": NAMESPACE},
+            # No controller-manager here, so no "default" ServiceAccount: the bench's own.
+            "spec": {"schedulerName": SCHEDULER, "serviceAccountName": "ray-bench",
+                     "automountServiceAccountToken": False, "containers": [{
+                "name": "probe", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}

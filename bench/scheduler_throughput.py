@@ -1,29 +1,40 @@
-"""kube-scheduler's own throughput with an extender in its cycle, on the testbed's real
-etcd, kube-apiserver and kube-scheduler (``make bench-scheduler``).
+"""kube-scheduler's own throughput with raygate's rules in force — as an extender in its
+cycle, or natively (a scheduling gate and node affinity, no extender) — on the testbed's
+real etcd, kube-apiserver and kube-scheduler (``make bench-scheduler``).
 
 For each node count: a fresh control plane; the nodes (``bench.payloads``' EKS nodes, one
-in seven a GPU node with the ``nvidia.com/gpu`` taint) and a few RayClusters created
-through the API; raygate started as deployed (its ServiceAccount, ``deploy/base``'s
-settings, authz on) and the Go peer (``bench/peers/go-extender``) given the same nodes and
-RayClusters. Then, per run and contender, interleaved: kube-scheduler stopped; the Ray
-worker pods created at once (``bench.payloads``' KubeRay worker, CPU only, tolerating the
-GPU taint as the seed's clusters do; a floor group ``baseline`` and an ``overflow``
-group); kube-scheduler started with the same KubeSchedulerConfiguration as
-``deploy/kube-scheduler-second`` (``percentageOfNodesToScore`` left at its default, the
-extender's settings as shipped, no ``preemptVerb``: the Go peer has none and nothing
-preempts here) pointing at the contender, or with no extender; timed from the first bind
-to the last; its ``/metrics`` scraped; the pods deleted.
+in seven a GPU node with the ``nvidia.com/gpu`` taint and the GPU Operator's label
+``nvidia.com/gpu.present=true``, the label raygate's native rule names) and a few
+RayClusters created through the API; raygate started as deployed (its ServiceAccount,
+``deploy/base``'s settings, authz on, its Ray-pod webhook installed by URL as the testbed
+does) and the Go peer (``bench/peers/go-extender``) given the same nodes and RayClusters.
+
+Then, per run and contender, interleaved, the same burst for every contender: raygate's
+webhook switched on for the namespace (``raygate-native``) or off (the others) and a
+dry-run create to see it so; kube-scheduler started with the same
+KubeSchedulerConfiguration as ``deploy/kube-scheduler-second`` (``percentageOfNodesToScore``
+left at its default, the extender's settings as shipped, no ``preemptVerb``: the Go peer
+has none and nothing preempts here) pointing at the contender, or with no extender, and
+waited for until it binds a probe pod; then the Ray worker pods (``bench.payloads``'
+KubeRay worker, CPU only, tolerating the GPU taint as the seed's clusters do; a floor group
+``baseline`` and an ``overflow`` group) created at once through the API server, as KubeRay
+would (``bench.scheduler_clock``); timed from the first create sent to the last pod bound,
+and each pod from ADDED to bound by the bench's own watch; kube-scheduler's ``/metrics``
+scraped (and raygate's and kube-apiserver's, for the gate and the webhook); the pods
+deleted.
 
 Contenders: ``none`` (no extender: the limit), ``empty`` (the Go peer passing every node
 and scoring none: the round trip alone), ``go-peer`` (the Go peer's policy, on a snapshot
-file: it keeps no cache, so it is a floor on any extender's cost), ``raygate``.
+file: it keeps no cache, so it is a floor on any extender's cost), ``raygate`` (the
+extender), ``raygate-native`` (no extender: the webhook gates each pod at its creation,
+raygate's leader releases it with its node affinity, kube-scheduler places it).
 
-Placement is checked before a number counts: every pod bound, and with an extender that
-applies raygate's rule, no ``baseline`` (floor) worker on a GPU node. A wrong placement or
-a component that exits fails the run; slowness never does.
+Placement is checked before a number counts: every pod bound; with a contender that
+applies raygate's rule no ``baseline`` (floor) worker on a GPU node; with ``raygate-native``
+every pod gated and released, with the others none gated. Slowness never fails a run.
 
 CPU placement (2 cores): etcd, kube-apiserver and this driver on CPU 0; kube-scheduler and
-the extender on CPU 1 (the extender answers while kube-scheduler waits for it).
+the extender (raygate, its webhook and releases too) on CPU 1.
 
     python -m bench.scheduler_throughput --label fast     # 500 nodes, 200 pods, 1 run
     python -m bench.scheduler_throughput --label full     # 500 and 5,000 nodes, 1,000 pods, 3 runs
@@ -40,7 +51,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -48,6 +58,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,24 +66,40 @@ import yaml
 
 from bench import payloads
 from bench.contenders import Server, build_go_peer, free_port, go_toolchain
-from bench.measure import reuse_counts
-from bench.scheduler_objects import NAMESPACE, SCHEDULER, nodes, rayclusters, worker_pods
+from bench.scheduler_clock import GATE, BurstClock, Sent, create_burst, latencies, p50_p99_ms
+from bench.scheduler_objects import (
+    NAMESPACE,
+    SCHEDULER,
+    nodes,
+    probe_pod,
+    rayclusters,
+    worker_pods,
+)
 from bench.scheduler_report import (
     CONTENDERS,
+    GATE_SECONDS,
+    NATIVE,
+    WEBHOOK_NAME,
+    WEBHOOK_SECONDS,
     Run,
+    delta_mean,
+    delta_quantiles,
     histograms,
     markdown,
     plot,
     quantile,
+    reuse_share,
     summarise,
 )
-from testbed.api import Api, ApiError
+from testbed.api import Api
 from testbed.cluster import Testbed
 from testbed.processes import Process, wait_for
+from testbed.webhook import NATIVE_PLACEMENT_OFF
 
 __all__ = ["main"]
 
-APPLIES_THE_RULE = ("go-peer", "raygate")
+APPLIES_THE_RULE = ("go-peer", "raygate", NATIVE)
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
 LABELS: dict[str, dict[str, Any]] = {
     "fast": {"nodes": [500], "pods": 200, "runs": 1},
@@ -104,6 +131,8 @@ class Bench:
         testbed.kubectl("apply", "-k", str(Path(__file__).parent.parent / "deploy"
                                               / "kube-scheduler-second"))
         testbed.kubectl("create", "namespace", NAMESPACE)
+        # raygate's webhook off until a run of raygate-native turns it on (``_webhook``).
+        testbed.kubectl("label", "namespace", NAMESPACE, f"{NATIVE_PLACEMENT_OFF}=true")
         self.api = Api(testbed.admin_kubeconfig)
         self.api.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
                         {"metadata": {"name": "ray-bench"}})
@@ -154,7 +183,9 @@ class Bench:
         # contender at ~50 binds/s; large clusters raise it, and so does this bench.
         config["clientConnection"].update(qps=5000, burst=5000)
         extenders = config.pop("extenders", [])
-        if contender != "none":
+        # One kube-scheduler at a time here: no lease to wait for when the next one starts.
+        config["leaderElection"] = {"leaderElect": False}
+        if contender not in ("none", NATIVE):
             extender = {k: v for k, v in extenders[0].items() if k != "preemptVerb"}
             extender["urlPrefix"] = self.extenders[contender]
             config["extenders"] = [extender]
@@ -171,91 +202,132 @@ class Bench:
                 raise RuntimeError(f"{peer.name} exited:\n{peer.log_tail()}")
 
     def once(self, node_count: int, contender: str, run: int) -> Run:
-        pods = worker_pods(self.clusters, f"r{run}{contender[:2]}")
-        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda p: self.api.create(path, p), pods))
-        listed = self.api.request("GET", path)
-        bound: dict[str, float] = {}
-        done = threading.Event()
+        """One burst: the webhook on (``raygate-native``) or off, kube-scheduler started
+        with the contender and scheduling, then the pods created at once and followed
+        until all are bound."""
+        native = contender == NATIVE
+        pods = worker_pods(self.clusters, f"r{run}c{CONTENDERS.index(contender)}")
+        self._webhook(on=native)
+        before = self._observe(contender)
+        port = self._start_scheduler(contender)
+        clock = BurstClock(self.api, PODS, len(pods))
+        clock.start()
+        started = datetime.now(UTC).isoformat(timespec="milliseconds")
+        sent = create_burst(self.api, PODS, pods)
+        clock.wait(self.check_alive)
+        metrics, after = self._scrape(port), self._observe(contender)
+        placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.api.items(PODS)}
+        self.testbed.processes.pop(SCHEDULER).stop()
+        self.api.request("DELETE", PODS, query=[("gracePeriodSeconds", "0")])
+        wait_for("the pods gone", lambda: not self.api.items(PODS), 120, None)
+        result = self._result(node_count, contender, run, metrics=metrics, sent=sent,
+                              clock=clock)
+        result.prioritize_reuse = reuse_share(before.get("raygate", ""),
+                                              after.get("raygate", ""))
+        result.webhook_ms = delta_quantiles(before, after, "apiserver", WEBHOOK_SECONDS,
+                                            name=WEBHOOK_NAME)
+        result.gate_ms = delta_quantiles(before, after, "raygate", GATE_SECONDS)
+        result.gate_mean_ms = delta_mean(before, after, "raygate", GATE_SECONDS)
+        result.started = started
+        self._check(result, pods, placed, clock)
+        return result
 
-        def follow() -> None:
-            # kube-apiserver closes a watch that falls behind a burst ("Forcing pods watcher
-            # close due to unresponsiveness", ten events of buffer): watch again from the
-            # last version seen, as an informer does.
-            version = listed["metadata"]["resourceVersion"]
-            while True:
-                try:
-                    for _, pod in self.api.watch(path, version):
-                        version = pod["metadata"]["resourceVersion"]
-                        name = pod["metadata"]["name"]
-                        if pod["spec"].get("nodeName") and name not in bound:
-                            bound[name] = time.monotonic()
-                            if len(bound) == len(pods):
-                                done.set()
-                                return
-                except ApiError as exc:
-                    if exc.status != 410:
-                        raise
-                    listed_again = self.api.request("GET", path)
-                    version = listed_again["metadata"]["resourceVersion"]
-                    for pod in listed_again["items"]:
-                        if pod["spec"].get("nodeName"):
-                            bound.setdefault(pod["metadata"]["name"], time.monotonic())
-                    if len(bound) == len(pods):
-                        done.set()
-                        return
+    def _webhook(self, *, on: bool) -> None:
+        """Label the namespace so that the API server calls raygate's webhook for its Ray
+        pods (``on``) or not; wait until a dry-run create shows it."""
+        label = "/metadata/labels/" + NATIVE_PLACEMENT_OFF.replace("/", "~1")
+        self.api.json_patch(f"/api/v1/namespaces/{NAMESPACE}",
+                            [{"op": "add", "path": label, "value": "false" if on else "true"}])
+        probe = worker_pods(self.clusters[:1], "probe")[0]
 
-        watcher = threading.Thread(target=follow, daemon=True)
-        watcher.start()
-        reuse_before = self._reuse() if contender == "raygate" else {}
+        def gated() -> bool:
+            got = self.api.request("POST", PODS, probe, query=[("dryRun", "All")])
+            gates = {g["name"] for g in got["spec"].get("schedulingGates") or []}
+            return (GATE in gates) == on
+
+        wait_for(f"raygate's webhook {'on' if on else 'off'}", gated, 30, None)
+
+    def _start_scheduler(self, contender: str) -> int:
+        """kube-scheduler with ``contender``, once it has bound a probe pod: scheduling,
+        its informers synced, before the burst starts. Its port."""
         port = free_port()
         kubeconfig = self.testbed.scheduler_configuration()["clientConnection"]["kubeconfig"]
         self.testbed.start_scheduler(SCHEDULER, self.config(contender), kubeconfig, port)
-        scheduler = self.testbed.processes[SCHEDULER]
-        pin(scheduler, 1)
-        while not done.wait(1.0):
-            self.check_alive()
-        times = sorted(bound.values())
-        seconds = times[-1] - times[0]
-        metrics = self._scrape(port)
-        prioritize_reuse = math.nan
-        if contender == "raygate":
-            hits0, misses0 = reuse_before.get("scheduler/prioritize", (0.0, 0.0))
-            hits1, misses1 = self._reuse().get("scheduler/prioritize", (0.0, 0.0))
-            asked = (hits1 - hits0) + (misses1 - misses0)
-            prioritize_reuse = (hits1 - hits0) / asked if asked else math.nan
-        placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.api.items(path)}
-        self.testbed.processes.pop(SCHEDULER).stop()
-        self.api.request("DELETE", path, query=[("gracePeriodSeconds", "0")])
-        wait_for("the pods gone", lambda: not self.api.items(path), 120, None)
-        on_gpu = Counter(p["metadata"]["labels"]["ray.io/group"] == payloads.FLOOR_GROUP
-                         for p in pods if placed[p["metadata"]["name"]] in self.gpu_nodes)
-        floor_on_gpu, overflow_on_gpu = on_gpu[True], on_gpu[False]
+        pin(self.testbed.processes[SCHEDULER], 1)
+        probe = self.api.create(PODS, probe_pod())
+        at = f"{PODS}/{probe['metadata']['name']}"
+        wait_for("kube-scheduler binding a probe pod",
+                 lambda: bool(self.api.get(at)["spec"].get("nodeName")), 60,
+                 self.testbed.processes[SCHEDULER])
+        self.api.request("DELETE", at, query=[("gracePeriodSeconds", "0")])
+        wait_for("the probe pod gone", lambda: not self.api.exists(at), 30, None)
+        return port
+
+    def _observe(self, contender: str) -> dict[str, str]:
+        """The /metrics texts a run's deltas come from: raygate's (when it takes part)
+        and kube-apiserver's (its webhook calls, when on)."""
+        out = {}
+        if contender in ("raygate", NATIVE):
+            with urllib.request.urlopen(f"{self.testbed.raygate_url}/metrics",
+                                        timeout=10) as reply:
+                out["raygate"] = reply.read().decode()
+        if contender == NATIVE:
+            out["apiserver"] = self.testbed.kubectl("get", "--raw", "/metrics").stdout
+        return out
+
+    def _result(self, node_count: int, contender: str, run: int, *, metrics: str,
+                sent: dict[str, Sent], clock: BurstClock) -> Run:
+        count = len(sent)
+        first = min(s.sent for s in sent.values())
+        binds = sorted(clock.bound.values())
         attempts = histograms(metrics, "scheduler_scheduling_attempt_duration_seconds",
                               result="scheduled").get("", [])
         algorithm = histograms(metrics, "scheduler_scheduling_algorithm_duration_seconds"
                                ).get("", [])
         points = histograms(metrics, "scheduler_framework_extension_point_duration_seconds",
                             status="Success")
-        result = Run(
-            node_count, contender, run, len(pods), seconds, (len(pods) - 1) / seconds,
+        return Run(
+            node_count, contender, run, count, binds[-1] - first,
+            count / (binds[-1] - first),
             1e3 * quantile(attempts, 0.5), 1e3 * quantile(attempts, 0.99),
             1e3 * quantile(algorithm, 0.5), 1e3 * quantile(algorithm, 0.99),
             {p: (1e3 * quantile(b, 0.5), 1e3 * quantile(b, 0.99)) for p, b in points.items()},
-            floor_on_gpu, overflow_on_gpu, prioritize_reuse)
-        self.say(f"{node_count} nodes, {contender}, run {run}: {result.pods_per_second:.1f} "
-                 f"pods/s ({seconds:.1f} s), floor on GPU {floor_on_gpu}, "
-                 f"overflow on GPU {overflow_on_gpu}"
-                 + ("" if math.isnan(prioritize_reuse) else
-                    f", prioritize reusing filter's decision {100 * prioritize_reuse:.0f} %"))
-        if contender in APPLIES_THE_RULE and floor_on_gpu:
-            raise RuntimeError(f"{contender}: {floor_on_gpu} floor workers placed on GPU nodes")
-        return result
+            created_per_second=count / (max(clock.added.values()) - first),
+            bind_span_per_second=(count - 1) / (binds[-1] - binds[0]),
+            create_ms=p50_p99_ms([s.answered - s.sent for s in sent.values()]),
+            bind_ms=p50_p99_ms(latencies(clock.added, clock.bound)),
+            release_ms=p50_p99_ms(latencies(clock.added, clock.released)),
+            timeline={phase: (min(at.values()) - first, max(at.values()) - first)
+                      for phase, at in (("added", clock.added), ("released", clock.released),
+                                        ("bound", clock.bound)) if at})
 
-    def _reuse(self) -> dict[str, tuple[float, float]]:
-        with urllib.request.urlopen(f"{self.testbed.raygate_url}/metrics", timeout=10) as reply:
-            return reuse_counts(reply.read().decode())
+    def _check(self, result: Run, pods: list[dict[str, Any]], placed: dict[str, str],
+               clock: BurstClock) -> None:
+        """Count the pods on GPU nodes; fail a contender that applies raygate's rule and
+        put a floor worker there, or a run whose webhook did not do as labelled."""
+        on_gpu = Counter(p["metadata"]["labels"]["ray.io/group"] == payloads.FLOOR_GROUP
+                         for p in pods if placed[p["metadata"]["name"]] in self.gpu_nodes)
+        result.floor_on_gpu, result.overflow_on_gpu = on_gpu[True], on_gpu[False]
+        contender = result.contender
+        self.say(f"{result.nodes} nodes, {contender}, run {result.run}: "
+                 f"{result.pods_per_second:.1f} pods/s ({result.seconds:.1f} s; created at "
+                 f"{result.created_per_second:.0f}/s, create call p50/p99 "
+                 f"{result.create_ms[0]:.0f}/{result.create_ms[1]:.0f} ms), ADDED→bound p50/p99 "
+                 f"{result.bind_ms[0]:.0f}/{result.bind_ms[1]:.0f} ms, floor on GPU "
+                 f"{result.floor_on_gpu}, overflow on GPU {result.overflow_on_gpu}"
+                 + ("" if math.isnan(result.prioritize_reuse) else
+                    f", prioritize reusing filter's decision "
+                    f"{100 * result.prioritize_reuse:.0f} %")
+                 + "; first/last (s): " + ", ".join(
+                     f"{k} {a:.1f}/{b:.1f}" for k, (a, b) in result.timeline.items()))
+        expected = len(pods) if contender == NATIVE else 0
+        if len(clock.gated) != expected or len(clock.released) != expected:
+            raise RuntimeError(f"{contender}: {len(clock.gated)} pods gated and "
+                               f"{len(clock.released)} released of {len(pods)} "
+                               f"(expected {expected})")
+        if contender in APPLIES_THE_RULE and result.floor_on_gpu:
+            raise RuntimeError(f"{contender}: {result.floor_on_gpu} floor workers placed on "
+                               f"GPU nodes")
 
     def _scrape(self, port: int) -> str:
         insecure = ssl.create_default_context()
@@ -276,20 +348,25 @@ def bench(workdir: Path, node_count: int, pods: int) -> Iterator[Bench]:
         b.stop()
 
 
-
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.scheduler_throughput",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", choices=sorted(LABELS), default="fast")
     parser.add_argument("--nodes", type=int, nargs="*", help="node counts (default: the label's)")
     parser.add_argument("--pods", type=int, help="Ray worker pods per run (default: the label's)")
     parser.add_argument("--runs", type=int, help="interleaved runs (default: the label's)")
+    parser.add_argument("--contenders", nargs="*", choices=CONTENDERS, default=list(CONTENDERS),
+                        help="the contenders to run, in this order (default: all)")
     parser.add_argument("--json", type=Path, help="write every run and the summary here")
-    parser.add_argument("--markdown", type=Path, help="write the table here")
+    parser.add_argument("--markdown", type=Path, help="write the tables here")
     parser.add_argument("--plot", type=Path, help="pods/s against node count (PNG)")
     parser.add_argument("--workdir", type=Path,
                         help="keep the clusters' files and logs here (default: a temporary folder)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     label = LABELS[args.label]
     node_counts = args.nodes or label["nodes"]
     pods, run_count = args.pods or label["pods"], args.runs or label["runs"]
@@ -302,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         for count in node_counts:
             with bench((args.workdir or Path(tmp)) / f"nodes-{count}", count, pods) as b:
                 for run in range(1, run_count + 1):
-                    for contender in CONTENDERS:
+                    for contender in args.contenders:
                         runs.append(b.once(count, contender, run))
     rows = summarise(runs)
     table = markdown(rows, pods)

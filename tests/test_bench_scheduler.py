@@ -1,15 +1,27 @@
 """The scheduler-throughput benchmark's own arithmetic and objects (bench/scheduler_throughput.py):
-the quantiles it reads from kube-scheduler's histograms, and the pods it creates."""
+the quantiles it reads from kube-scheduler's and raygate's histograms, its pod clock, the
+goal it reports, and the nodes and pods it creates."""
 
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import pytest
 
 from bench import payloads
-from bench.scheduler_objects import rayclusters, worker_pods
-from bench.scheduler_report import histograms, quantile
+from bench.scheduler_clock import GATE, BurstClock, latencies, percentile
+from bench.scheduler_objects import nodes, rayclusters, worker_pods
+from bench.scheduler_report import (
+    Run,
+    delta_quantiles,
+    goal,
+    histograms,
+    markdown,
+    quantile,
+    summarise,
+)
+from testbed.api import Api
 
 NAME = "scheduler_framework_extension_point_duration_seconds"
 
@@ -64,3 +76,76 @@ def test_worker_pods_are_the_clusters_pending_workers() -> None:
         assert spec["schedulerName"] == "ray-scheduler"
         assert {"key": payloads.GPU_RESOURCE, "operator": "Exists",
                 "effect": "NoSchedule"} in spec["tolerations"]
+
+
+def test_gpu_nodes_carry_the_label_the_native_rule_names() -> None:
+    made = nodes(70)
+    gpu = [n for n in made if payloads.GPU_RESOURCE in n["status"]["allocatable"]]
+    assert gpu and len(gpu) < len(made)
+    assert all(n["metadata"]["labels"].get("nvidia.com/gpu.present") == "true" for n in gpu)
+    assert not any("nvidia.com/gpu.present" in n["metadata"]["labels"]
+                   for n in made if n not in gpu)
+
+
+def _pod(name: str, *, gated: bool = False, node: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingGates": [{"name": GATE}] if gated else []}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_the_clock_sees_added_released_and_bound_once() -> None:
+    clock = BurstClock(cast(Api, None), "/pods", expected=2)
+    clock.see(_pod("a", gated=True))
+    clock.see(_pod("b"))
+    clock.see(_pod("a"))  # the gate gone
+    clock.see(_pod("a", node="n1"))
+    added_a = clock.added["a"]
+    clock.see(_pod("a", node="n1"))  # a later event changes nothing
+    assert clock.added["a"] == added_a and clock.gated == {"a"}
+    assert set(clock.released) == {"a"} and set(clock.bound) == {"a"}
+    assert not clock.done.is_set()
+    clock.see(_pod("b", node="n2"))
+    assert clock.done.is_set() and "b" not in clock.released
+    assert latencies({"a": 1.0, "b": 2.0}, {"a": 1.5}) == [0.5]
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert percentile([0.0, 10.0], 0.99) == pytest.approx(9.9)
+    assert math.isnan(percentile([], 0.5))
+
+
+def test_delta_quantiles_count_only_what_the_run_observed() -> None:
+    name = "raygate_placement_gate_seconds"
+
+    def text(fast: int, slow: int) -> str:
+        return "\n".join([f"# TYPE {name} histogram",
+                          f'{name}_bucket{{le="0.01"}} {fast}',
+                          f'{name}_bucket{{le="1.0"}} {fast + slow}',
+                          f'{name}_bucket{{le="+Inf"}} {fast + slow}',
+                          f"{name}_count {fast + slow}", f"{name}_sum 1"]) + "\n"
+
+    # Before the run 100 fast observations; the run adds 10 slow ones only.
+    p50, p99 = delta_quantiles({"raygate": text(100, 0)}, {"raygate": text(100, 10)},
+                               "raygate", name)
+    assert 10 < p50 < 1000 and 10 < p99 <= 1000
+    assert all(math.isnan(v) for v in delta_quantiles({}, {}, "raygate", name))
+
+
+def _run(contender: str, rate: float, p99: float) -> Run:
+    return Run(5000, contender, 1, 1000, 1000 / rate, rate, 1, 2, 1, 2,
+               bind_ms=(p99 / 2, p99))
+
+
+def test_the_goal_compares_native_with_none() -> None:
+    rows = summarise([_run("none", 100, 200), _run("raygate", 60, 300),
+                      _run("raygate-native", 96, 240)])
+    assert goal(rows) == [
+        "- 5,000 nodes: raygate-native keeps 96.0 % of none's pods/s (goal ≥ 95 %), its "
+        "creation→bind p99 +40 ms (goal ≤ +50 ms): met."]
+    rows = summarise([_run("none", 100.0, 200), _run("raygate-native", 96.0, 260)])
+    assert goal(rows)[0].endswith("not met.")
+    table = markdown(rows, 1000)
+    assert "| 5,000 | raygate-native | 96.0 (96.0) | 4.0 % |" in table
+    assert "| 130 / 260 | +60 |" in table
