@@ -21,6 +21,7 @@ from raygate.plugin.model import (
 
 __all__ = [
     "RoleVerdict",
+    "fixed_role",
     "gpu_node_reason",
     "gpu_pod_resources",
     "group_floor",
@@ -166,21 +167,31 @@ def group_roles(
     return {p.uid: (Role.SURPLUS if i < surplus else Role.FLOOR) for i, p in enumerate(live)}
 
 
+def fixed_role(pod: PodView, view: ClusterView) -> RoleVerdict | None:
+    """The roles no count decides: the head's, and floor for a pod whose RayCluster the
+    cache lacks (the safe side). None: its group's floor decides."""
+    if pod.ray_node_type == "head":
+        return RoleVerdict(Role.HEAD, "the head pod is always part of the gang floor")
+    if view.raycluster(pod.namespace, pod.ray_cluster) is None:
+        return RoleVerdict(
+            Role.FLOOR,
+            f"RayCluster {pod.namespace}/{pod.ray_cluster} is unknown to raygate; "
+            "treated as floor (the safe side)",
+            cluster_unknown=True,
+        )
+    return None
+
+
 def pod_role(pod: PodView, view: ClusterView) -> RoleVerdict:
     """The Ray role of ``pod``, which may be unknown to the cache (kube-scheduler sends pods
     its watch saw before ours): classified from the pod plus what the cache knows of its
     RayCluster and group."""
-    if pod.ray_node_type == "head":
-        return RoleVerdict(Role.HEAD, "the head pod is always part of the gang floor")
+    fixed = fixed_role(pod, view)
+    if fixed is not None:
+        return fixed
     key = pod.group_key
     cluster = view.raycluster(pod.namespace, key.cluster)
-    if cluster is None:
-        return RoleVerdict(
-            Role.FLOOR,
-            f"RayCluster {pod.namespace}/{key.cluster} is unknown to raygate; "
-            "treated as floor (the safe side)",
-            cluster_unknown=True,
-        )
+    assert cluster is not None  # fixed_role said so
     floor = group_floor(cluster, key.group)
     if not pod.node_name:
         # A pending pod fills the floor first: it is floor while the group's scheduled
