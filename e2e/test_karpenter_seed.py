@@ -36,7 +36,7 @@ runs on a CPU node.
 The head and the floor are never evicted: raygate's budgets for them allow no disruption
 (asserted), and nothing evicts them. Karpenter never picked their node to disrupt (it
 saves nothing), so here the budgets are not put to the test by Karpenter itself;
-``test_drain.py`` shows the Eviction API refusing them.
+``test_disruption.py``'s drain shows the Eviction API refusing them.
 
 The report has every NodeClaim (pool, type, when, what Karpenter launched it for and
 why it went) and the GPU node-seconds spent on CPU-only Ray pods.
@@ -53,7 +53,6 @@ from e2e import report
 from e2e.nodeclaims import ClaimHistory, NodeClaims
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, gpu_job, raycluster
 from e2e.scenario import Scenario, wait_until
-from e2e.test_drain import budgets_status
 from raygate.plugin.budgets import budget_name
 from testbed.karpenter import Karpenter, node_pool
 
@@ -75,6 +74,14 @@ ON_DEMAND = {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["
 QUICK = {"terminationGracePeriodSeconds": 1}
 NOT_GPU_TERMS = [{"matchExpressions": [
     {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]}]
+
+
+def budgets_status(scenario: Scenario) -> dict[str, tuple[int, int | None]]:
+    """Each budget's (minAvailable, disruptionsAllowed) as the disruption controller says."""
+    path = f"/apis/policy/v1/namespaces/{scenario.namespace}/poddisruptionbudgets"
+    return {b["metadata"]["name"]: (b["spec"]["minAvailable"],
+                                    b.get("status", {}).get("disruptionsAllowed"))
+            for b in scenario.api.items(path)}
 
 
 @pytest.fixture
