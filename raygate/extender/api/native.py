@@ -34,6 +34,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from raygate.extender.kube.transport import ApiError
 from raygate.extender.logs import about
@@ -223,10 +224,11 @@ class NativePlacement:
         future = self._loop.run_in_executor(self._patching, self.patch, pod.namespace,
                                             pod.name, ops)
         future.add_done_callback(
-            lambda done: self._released(pod, done, decision.rule.value, rule.value))
+            partial(self._released, pod, rule=decision.rule.value, native=rule.value,
+                    first_seen=self._seen.get(pod.uid, now)))
 
-    def _released(self, pod: PodView, done: asyncio.Future[None], rule: str,
-                  native: str) -> None:
+    def _released(self, pod: PodView, done: asyncio.Future[None], *, rule: str,
+                  native: str, first_seen: float) -> None:
         """On the loop: count the patch's outcome; a failed one is tried again later."""
         error = None if done.cancelled() else done.exception()
         if done.cancelled():
@@ -237,8 +239,8 @@ class NativePlacement:
         self.metrics.placement_releases.labels(rule, native, result).inc()
         now = self.clock()
         if result == "released":
-            self.metrics.placement_gate_seconds.labels().observe(
-                now - self._seen.get(pod.uid, now))
+            # From when it was first seen gated: the snapshot may already show it released.
+            self.metrics.placement_gate_seconds.labels().observe(now - first_seen)
             return
         self._claims.pop(pod.uid, None)  # the snapshot will say who released it, if anyone
         # Conflicts and gone pods too, until the snapshot shows what happened: a pod still
