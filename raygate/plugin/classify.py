@@ -21,7 +21,7 @@ from raygate.plugin.model import (
 
 __all__ = [
     "RoleVerdict",
-    "fixed_role",
+    "fixed_role_or_floor",
     "gpu_node_reason",
     "gpu_pod_resources",
     "group_floor",
@@ -167,9 +167,9 @@ def group_roles(
     return {p.uid: (Role.SURPLUS if i < surplus else Role.FLOOR) for i, p in enumerate(live)}
 
 
-def fixed_role(pod: PodView, view: ClusterView) -> RoleVerdict | None:
-    """The roles no count decides: the head's, and floor for a pod whose RayCluster the
-    cache lacks (the safe side). None: its group's floor decides."""
+def fixed_role_or_floor(pod: PodView, view: ClusterView) -> RoleVerdict | int:
+    """The roles no count decides — the head's, and floor for a pod whose RayCluster the
+    cache lacks (the safe side) — or else the floor of the pod's group, which decides."""
     if pod.ray_node_type == "head":
         return RoleVerdict(Role.HEAD, "the head pod is always part of the gang floor")
     if view.raycluster(pod.namespace, pod.ray_cluster) is None:
@@ -179,20 +179,19 @@ def fixed_role(pod: PodView, view: ClusterView) -> RoleVerdict | None:
             "treated as floor (the safe side)",
             cluster_unknown=True,
         )
-    return None
+    cluster = view.raycluster(pod.namespace, pod.ray_cluster)
+    assert cluster is not None  # just looked
+    return group_floor(cluster, pod.group_key.group)
 
 
 def pod_role(pod: PodView, view: ClusterView) -> RoleVerdict:
     """The Ray role of ``pod``, which may be unknown to the cache (kube-scheduler sends pods
     its watch saw before ours): classified from the pod plus what the cache knows of its
     RayCluster and group."""
-    fixed = fixed_role(pod, view)
-    if fixed is not None:
-        return fixed
+    floor = fixed_role_or_floor(pod, view)
+    if isinstance(floor, RoleVerdict):
+        return floor
     key = pod.group_key
-    cluster = view.raycluster(pod.namespace, key.cluster)
-    assert cluster is not None  # fixed_role said so
-    floor = group_floor(cluster, key.group)
     if not pod.node_name:
         # A pending pod fills the floor first: it is floor while the group's scheduled
         # pods are below it.

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import Enum
 
-from raygate.plugin.classify import RoleVerdict, fixed_role, group_floor
+from raygate.plugin.classify import RoleVerdict, fixed_role_or_floor
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import ClusterView, NodeAffinityShape, PodView, Role
 from raygate.plugin.placement import Decision, Placement
@@ -151,13 +151,10 @@ def release_role(pod: PodView, view: ClusterView, claimed: Mapping[str, Role]) -
     pods released in its group. ``claimed`` holds the roles of pods released whose release
     the view does not show yet; a live pod released without ``LABEL_ROLE`` (before raygate
     ran, or while it was down) holds a floor place."""
-    fixed = fixed_role(pod, view)
-    if fixed is not None:
-        return fixed
+    floor = fixed_role_or_floor(pod, view)
+    if isinstance(floor, RoleVerdict):
+        return floor
     key = pod.group_key
-    cluster = view.raycluster(pod.namespace, key.cluster)
-    assert cluster is not None  # fixed_role said so
-    floor = group_floor(cluster, key.group)
     held = 0
     for other in view.group_pods(key):
         if other.uid == pod.uid or not _live(other):
