@@ -172,15 +172,14 @@ def fixed_role_or_floor(pod: PodView, view: ClusterView) -> RoleVerdict | int:
     cache lacks (the safe side) — or else the floor of the pod's group, which decides."""
     if pod.ray_node_type == "head":
         return RoleVerdict(Role.HEAD, "the head pod is always part of the gang floor")
-    if view.raycluster(pod.namespace, pod.ray_cluster) is None:
+    cluster = view.raycluster(pod.namespace, pod.ray_cluster)
+    if cluster is None:
         return RoleVerdict(
             Role.FLOOR,
             f"RayCluster {pod.namespace}/{pod.ray_cluster} is unknown to raygate; "
             "treated as floor (the safe side)",
             cluster_unknown=True,
         )
-    cluster = view.raycluster(pod.namespace, pod.ray_cluster)
-    assert cluster is not None  # just looked
     return group_floor(cluster, pod.group_key.group)
 
 
