@@ -48,7 +48,7 @@ NOT_GPU = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
 # only makes a second claim later, never an early one. (Held for 150 s once: Karpenter
 # nominated the GPU node again after its 2-minute event dedupe, bought nothing, and did
 # not consolidate the empty node while pods were nominated to it.)
-HOLD = 30.0
+HOLD = 15.0
 
 
 @pytest.fixture
