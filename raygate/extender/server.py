@@ -91,10 +91,8 @@ class RaygateServer:
         patch_pod: PatchPod | None = None,
         leadership: Leadership | None = None,
     ) -> None:
-        """``annotate_pod``, ``budget_api`` and ``patch_pod``: the writes raygate makes
-        (``_writers``); None: not made (no cluster, or switched off). ``leadership``: of
-        the Lease the controllers that act from one replica at a time ask (``leading``);
-        None: this replica leads while it runs (no cluster, or leader election off)."""
+        """``annotate_pod``, ``budget_api``, ``patch_pod``: the writes raygate makes, None
+        when not made. ``leadership``: the Lease's; None: this replica always leads."""
         self.cache = cache
         self.settings = settings
         self.http_sock = http_sock
@@ -102,30 +100,22 @@ class RaygateServer:
         self.grpc_addr = grpc_addr
         self.grpc_port = 0
         self.cert_poll_seconds = cert_poll_seconds
-        self.shutting_down = False
-        """Set by ``stop``: /readyz answers 503 from then on."""
+        self.shutting_down = False  # set by ``stop``: /readyz answers 503 from then on
         # A registry per server: several servers in one process count apart.
         self.metrics = Metrics()
         self.scheduler = scheduler or SchedulerExtender(cache)
         self.scheduler.bind_metrics(self.metrics)
         self.leadership = leadership or Leadership(None)
-        self.leading: Callable[[], bool] = self.leadership.leading
-        """What a controller that must act from one replica at a time takes and asks
-        before each action."""
+        self.leading: Callable[[], bool] = self.leadership.leading  # one replica acts
         self.metrics.watch_leadership(self.leadership)
         self.stale_refusals, self.budgets = self._writers(annotate_pod, budget_api)
-        self.native = None if patch_pod is None else NativePlacement(
-            cache, self.scheduler.clock, patch_pod, self.metrics, leading=self.leading,
-            wait_seconds=settings.placement_wait_seconds)
+        self.native = self._native_placement(patch_pod)
         self.started = asyncio.Event()
-        # The admission status reads the scheduler's clock: one notion of `now`.
-        self.admission = AdmissionService(cache, self.scheduler.clock)
+        self.admission = AdmissionService(cache, self.scheduler.clock)  # one notion of `now`
         self.explain = ExplainService(cache, self.scheduler.clock)
         self.metrics.watch_cache(cache)
         self.metrics.watch_admission(self.admission.pod_states)
-        self.tls = _main_tls(settings)
-        if self.tls is not None:
-            self.metrics.watch_tls("main", self.tls)
+        self.tls = self._main_tls()
         self.authorizer = authorizer
         self._http = self._main_server()
         self._grpc: grpc.aio.Server | None = None
@@ -135,6 +125,18 @@ class RaygateServer:
         self.webhook = webhook
         self._webhook_tls: CertReloader | None = None
         self._webhook = None if webhook is None else self._webhook_server(webhook)
+
+    def _main_tls(self) -> CertReloader | None:
+        tls = _main_tls(self.settings)
+        if tls is not None:
+            self.metrics.watch_tls("main", tls)
+        return tls
+
+    def _native_placement(self, patch_pod: PatchPod | None) -> NativePlacement | None:
+        """The release of gated pods (``patch_pod`` writes it), while this replica leads."""
+        return None if patch_pod is None else NativePlacement(
+            self.cache, self.scheduler.clock, patch_pod, self.metrics, leading=self.leading,
+            wait_seconds=self.settings.placement_wait_seconds)
 
     def _writers(self, annotate_pod: Annotate | None, budget_api: BudgetApi | None
                  ) -> tuple[StaleRefusals | None, DisruptionBudgets | None]:

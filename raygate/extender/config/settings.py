@@ -118,9 +118,8 @@ class ServeSettings:
     drains and every scheduler read (needs patch on pods). Whatever this says, raygate
     releases every pod its gate holds."""
     placement_wait_seconds: float = 10.0
-    """How long a gated pod waits for its RayCluster to reach raygate's cache before it is
-    released as floor (the safe side): the RayCluster and its pods come by separate
-    watches, in no set order."""
+    """How long a gated pod waits for its RayCluster (another watch, in no set order with
+    its pods) to reach raygate's cache before it is released as floor (the safe side)."""
     webhook_marker: str = "off"
     """on | off: the webhook also adds the extended resource ``raygate.io/managed`` (for a
     default-scheduler extender with ``managedResources``). No node autoscaler offers it:

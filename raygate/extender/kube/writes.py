@@ -6,7 +6,7 @@ holds the client and the request timeout they use): the stale-refusal annotation
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -66,9 +66,8 @@ class Writes:
 
     api: k8s.ApiClient
     request_timeout: float
-
-    def get(self, path: str, query: list[tuple[str, str]]) -> bytes:
-        raise NotImplementedError
+    get: Callable[[str, list[tuple[str, str]]], bytes]
+    """``KubeTransport.get``: a GET of ``path`` with ``query``, the body's bytes."""
 
     def annotate_pod(self, namespace: str, name: str, uid: str,
                      annotations: Mapping[str, str]) -> None:
