@@ -15,13 +15,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# `make run` needs only what serving needs: raygate and its dependencies, no test tools.
+# `make run` needs only what serving needs: raygate and its server extra, no test tools.
 RUN_STAMP := $(VENV)/.installed-run
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[server]'
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP)  ## serve the demo cluster in the foreground (HTTP :8888, gRPC :9090)
@@ -60,10 +60,10 @@ lint: $(STAMP)  ## ruff, and the import contracts of pyproject.toml (import-lint
 types: $(STAMP)
 	$(BIN)/mypy
 
-proto: $(STAMP)  ## regenerate raygate/extender/proto/ from protos/ (commit the result)
+proto: $(STAMP)  ## regenerate raygate/contract/proto/ from protos/ (commit the result)
 	$(BIN)/python protos/generate.py
 
-proto-check: $(STAMP)  ## fail if raygate/extender/proto/ is not what protos/ generates
+proto-check: $(STAMP)  ## fail if raygate/contract/proto/ is not what protos/ generates
 	$(BIN)/python protos/generate.py --check
 
 BENCH_STAMP := $(VENV)/.installed-bench

@@ -96,7 +96,7 @@ def _pin(cpu: int) -> None:
 
 def _small_clusters(count: int, node_names: Sequence[str]) -> list[dict[str, Any]]:
     """RayClusters ray/rc-<i>, one worker group of one replica, the head running."""
-    from tests.builders import make_pod, make_raycluster
+    from testkit.builders import make_pod, make_raycluster
 
     items: list[dict[str, Any]] = []
     for i in range(count):
@@ -125,14 +125,14 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     import msgspec
     import uvloop
 
-    from raygate.extender.listeners import bind_socket
-    from raygate.extender.server import RaygateServer
-    from raygate.extender.state import convert
-    from raygate.extender.state.cache import ClusterCache
-    from raygate.extender.state.editor import build_snapshot
-    from raygate.extender.state.snapshot_files import load_text
-    from raygate.extender.wire import kube
     from raygate.plugin.config import PolicyConfig
+    from raygate.server.cache import convert
+    from raygate.server.cache.cluster import ClusterCache
+    from raygate.server.cache.editor import build_snapshot
+    from raygate.server.cache.snapshot_files import load_text
+    from raygate.server.listeners import bind_socket
+    from raygate.server.server import RaygateServer
+    from raygate.server.wire import kube
 
     _pin(0)
     logging.basicConfig(level=logging.WARNING)
@@ -187,7 +187,7 @@ class _Tally:
 
 
 async def _grpc_watch(channel: Any, cluster: str, tally: _Tally) -> None:
-    from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
+    from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 
     # Raw bytes, not parsed messages: the watchers share a CPU with the load, and should
     # take as little of it as a Go client would. One cluster: ADDED, SYNCED, then only

@@ -1,7 +1,7 @@
 """The live cache at scale on the real kube-apiserver: 5,000 nodes and 150,000 pods.
 
 ``bench/cache_sync.py`` measures raygate's cache against the API-server double of
-``tests/apiserver.py``; this measures it against the testbed's own etcd and
+``testkit/apiserver.py``; this measures it against the testbed's own etcd and
 kube-apiserver (``testbed.cluster.Testbed(control_plane_only=True)``: the versions of
 ``testbed/modules``, the CRDs of KubeRay, Volcano and Kueue installed, nothing else
 running — no scheduler, no controllers, no kubelet or kwok to change a pod meanwhile).
@@ -79,9 +79,9 @@ import psutil
 import yaml
 
 from bench.cache_sync import PODS_PER_RAYCLUSTER, Cluster, PodSpec, build_cluster
-from raygate.extender.kube.decode import Decoders, decode_page, next_continue
-from raygate.extender.kube.resources import RESOURCES
-from raygate.extender.kube.transport import WatchSettings
+from raygate.server.kube.decode import Decoders, decode_page, next_continue
+from raygate.server.kube.resources import RESOURCES
+from raygate.server.kube.transport import WatchSettings
 from testbed.cluster import DEPLOY, REPO, Testbed, TestbedError
 from testbed.processes import StartError, free_port
 
@@ -504,8 +504,8 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 class ListAlone:
     """raygate's first LIST of nodes and pods, done again with raygate stopped, one page
     after the other: the time spent waiting for kube-apiserver's pages, and the time
-    raygate's own code (``raygate.extender.kube.decode`` and the views of
-    ``raygate.extender.kube.resources``) takes to decode and convert them, one thread.
+    raygate's own code (``raygate.server.kube.decode`` and the views of
+    ``raygate.server.kube.resources``) takes to decode and convert them, one thread.
     Each page is also asked for as protobuf (read, not decoded: raygate has no decoders
     of Kubernetes' protobuf types) to show what the API server's side costs in it."""
 

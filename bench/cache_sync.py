@@ -2,7 +2,7 @@
 
 Three processes, on loopback only:
 
-* the API-server double (``tests/apiserver.py``) holding the cluster as JSON shaped as
+* the API-server double (``testkit/apiserver.py``) holding the cluster as JSON shaped as
   ``kubectl get -o json`` prints it: EKS-like nodes (15% GPU), 300 RayClusters of 100
   pods each (a head, 4 ``baseline`` and 95 ``overflow`` workers; ``bench.payloads``'s
   ~7 KB KubeRay worker pods) and web Deployment pods (~4 KB) for the rest;
@@ -256,7 +256,7 @@ def build_cluster(n_nodes: int, n_pods: int) -> Cluster:
 
 
 def _double_main(conn: Connection, n_nodes: int, n_pods: int) -> None:
-    from tests.apiserver import CORE, CRDS, ApiServerDouble
+    from testkit.apiserver import CORE, CRDS, ApiServerDouble
 
     started = time.perf_counter()
     cluster = build_cluster(n_nodes, n_pods)
@@ -324,13 +324,13 @@ def _raygate_main(conn: Connection, kubeconfig: str, admission: bool,
                   publish_interval: float | None) -> None:
     import uvloop
 
-    from raygate.extender.kube.client import KubeTransport, load_connection
-    from raygate.extender.kube.source import LiveSource
-    from raygate.extender.kube.transport import WatchSettings
-    from raygate.extender.listeners import bind_socket
-    from raygate.extender.server import RaygateServer
-    from raygate.extender.state.cache import ClusterCache
     from raygate.plugin.config import PolicyConfig
+    from raygate.server.cache.cluster import ClusterCache
+    from raygate.server.kube.client import KubeTransport, load_connection
+    from raygate.server.kube.source import LiveSource
+    from raygate.server.kube.transport import WatchSettings
+    from raygate.server.listeners import bind_socket
+    from raygate.server.server import RaygateServer
 
     logging.basicConfig(level=logging.WARNING, format="raygate: %(message)s")
     logging.getLogger("raygate.kube").setLevel(logging.INFO)
@@ -469,10 +469,10 @@ def _measure(port: int, body: bytes, until: Callable[[], bool], *, at_least: int
 def _decode_convert_cost(cluster: Cluster, samples: int = 3000) -> float:
     """Microseconds to decode one pod watch event and build its view (the watcher's share
     of an event, done before the writer sees it)."""
-    from raygate.extender.kube.decode import Decoders, decode_line
-    from raygate.extender.state import convert
-    from raygate.extender.wire import kube
     from raygate.plugin.quantity import parse_milli
+    from raygate.server.cache import convert
+    from raygate.server.kube.decode import Decoders, decode_line
+    from raygate.server.wire import kube
 
     decoders = Decoders(kube.Pod)
     lines = [b'{"type":"MODIFIED","object":%s}' % cluster.render(cluster.pods[i * 37 % len(
@@ -496,7 +496,7 @@ def run(n_nodes: int, n_pods: int, events: int, rate: int, quiet_requests: int, 
     print(f"double: {info['pods']} pods, {info['pod_json_bytes'] / 2**20:.0f} MiB of pod JSON "
           f"(avg {info['pod_json_bytes'] / info['pods'] / 1024:.1f} KiB), built in "
           f"{info['generate_s']:.1f}s", flush=True)
-    from tests.apiserver import kubeconfig_text
+    from testkit.apiserver import kubeconfig_text
 
     workdir = Path(tempfile.mkdtemp(prefix="raygate-cache-bench-"))
     kubeconfig = workdir / "kubeconfig"

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tests.volcano_objects import node_info, task_info
+from testkit.volcano_objects import node_info, task_info
 
 __all__ = [
     "CLUSTER",

@@ -50,7 +50,7 @@ ROTATED_PODS = 300
 """Distinct pending pods a rotating scenario sends in turn. kube-scheduler sends each pod
 to filter once (then to prioritize, and again only on a retry), so filter meets a pod it has
 not seen; raygate keeps the views of the last 256 request pods
-(``raygate.extender.api.scheduler.RequestPods``), and 300 pods in turn are never found there."""
+(``raygate.server.fronts.scheduler.RequestPods``), and 300 pods in turn are never found there."""
 
 
 @dataclass(frozen=True)

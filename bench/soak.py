@@ -3,7 +3,7 @@ follows the API-server double while the double streams pod updates and drops wat
 
 Processes, on loopback only:
 
-* the API-server double (``tests/apiserver.py``) with ``bench.cache_sync``'s cluster
+* the API-server double (``testkit/apiserver.py``) with ``bench.cache_sync``'s cluster
   (500 nodes, 5,000 pods, 10 RayClusters of 100 pods by default), writing pod updates at
   ``--events-per-second`` (readiness flips, as probes do) and cutting every open watch
   every ``--drop-every`` seconds, as a network failure would;
@@ -58,7 +58,7 @@ Bucket = dict[str, Any]
 
 def _double_main(conn: Connection, n_nodes: int, n_pods: int, rate: float,
                  drop_every: float) -> None:
-    from tests.apiserver import CORE, CRDS, ApiServerDouble
+    from testkit.apiserver import CORE, CRDS, ApiServerDouble
 
     cluster = build_cluster(n_nodes, n_pods)
     nodes, pods = CORE[:2]
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                args.drop_every))
     double.start()
     api_port = double_conn.recv()["port"]
-    from tests.apiserver import kubeconfig_text
+    from testkit.apiserver import kubeconfig_text
 
     workdir = Path(tempfile.mkdtemp(prefix="raygate-soak-"))
     kubeconfig = workdir / "kubeconfig"

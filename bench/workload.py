@@ -35,7 +35,7 @@ from bench.payloads import (
     volcano_prioritize,
 )
 from bench.scenarios import ROTATED_PODS, HttpScenario, Shape, Verb
-from raygate.extender.api.scheduler import RequestPods
+from raygate.server.fronts.scheduler import RequestPods
 
 __all__ = ["Request", "Steps", "Workload", "compare_replies"]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from e2e.scenario import PodHistory, wait_until
 from raygate.client import connect
-from raygate.extender.errors import RaygateError
-from raygate.extender.wire.admission_status import AdmissionStatus
+from raygate.contract.admission_status import AdmissionStatus
+from raygate.contract.errors import RaygateError
 
 __all__ = ["RUNNING_OR_GONE", "AdmissionRecorder", "Transition"]
 

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from raygate.client import connect
-from raygate.extender.errors import Forbidden, Unauthorized
+from raygate.contract.errors import Forbidden, Unauthorized
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

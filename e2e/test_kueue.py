@@ -32,8 +32,8 @@ from e2e.gangs import GangRecorder, events
 from e2e.objects import node, raycluster, recipe_groups, tolerating_gpu_groups
 from e2e.scenario import Scenario, wait_until
 from raygate.client import HttpAdmissionClient
-from raygate.extender.errors import RaygateError
-from raygate.extender.wire.admission_status import AdmissionStatus
+from raygate.contract.admission_status import AdmissionStatus
+from raygate.contract.errors import RaygateError
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from raygate.extender.kube.client import KubeTransport, load_connection
-from raygate.extender.kube.leader import Leadership, LeaseTiming
-from raygate.extender.kube.lease import identity, lease_elector
+from raygate.server.kube.leader import Leadership, LeaseTiming
+from raygate.server.kube.client import KubeTransport, load_connection
+from raygate.server.kube.lease import identity, lease_elector
 from testbed.cluster import DEPLOY, RAYGATE_NAMESPACE, Testbed
 
 pytestmark = pytest.mark.e2e

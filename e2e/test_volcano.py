@@ -22,7 +22,7 @@ from e2e.gangs import GangRecorder, events
 from e2e.objects import node, raycluster, tolerating_gpu_groups
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import assert_untouched, bring_up, pending_replacements, priority_class
-from raygate.extender.wire.admission_status import AdmissionStatus
+from raygate.contract.admission_status import AdmissionStatus
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

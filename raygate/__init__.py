@@ -1,7 +1,7 @@
 """raygate: a scheduler-side plugin for Ray clusters on Kubernetes.
 
 - ``raygate.plugin``: the pure policy (classification, placement, victims, admission);
-- ``raygate.extender``: everything that touches the outside (servers, wire codecs,
+- ``raygate.server``: everything that touches the outside (servers, wire codecs,
   list/watch, cache, settings, CLI, the Ray autoscaler hooks);
 - ``raygate.client``: the client of the admission-status API, for KubeRay and the Ray
   autoscaler.

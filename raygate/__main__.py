@@ -2,6 +2,6 @@
 
 import sys
 
-from raygate.extender.cli import main
+from raygate.server.cli import main
 
 sys.exit(main())

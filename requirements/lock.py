@@ -5,7 +5,7 @@ pinned, with the hash of each of its files on PyPI (pip then installs them with
     python requirements/lock.py          # rewrite requirements/*.txt (needs `pip install uv`)
     python requirements/lock.py --check  # fail if pyproject.toml changed since (offline)
 
-- ``runtime.txt``: raygate's dependencies (``[project] dependencies``), resolved for Linux
+- ``runtime.txt``: raygate's dependencies with its ``server`` extra, resolved for Linux
   and the image's Python (the Dockerfile's ``PYTHON_VERSION``).
 - ``build.txt``: what builds raygate's wheel (``[build-system] requires``).
 
@@ -42,7 +42,8 @@ def python_version() -> str:
 def inputs() -> dict[str, list[str]]:
     """Lock file name -> the requirements it is resolved from."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return {"runtime.txt": list(project["project"]["dependencies"]),
+    return {"runtime.txt": [*project["project"]["dependencies"],
+                            *project["project"]["optional-dependencies"]["server"]],
             "build.txt": list(project["build-system"]["requires"])}
 
 

@@ -1,6 +1,6 @@
 """The testbed's kube-apiserver as scenarios use it: read, create, patch, watch, objects as
 plain JSON. Connection, TLS and credentials are the ``kubernetes`` client's (through
-``raygate.extender.kube.client.load_connection``, as raygate itself connects); replies
+``raygate.server.kube.client.load_connection``, as raygate itself connects); replies
 are read raw, never as the client's model objects."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import urllib3
 from kubernetes import client as k8s
 
-from raygate.extender.kube.client import load_connection
+from raygate.server.kube.client import load_connection
 
 __all__ = ["Api", "ApiError"]
 

@@ -11,7 +11,7 @@ of a KubeRay checkout). Kept: the ``openAPIV3Schema`` of the served ``v1`` versi
 The four embed the same pod template many times over (3 MB of YAML); every schema that
 occurs more than once is written once under ``definitions`` and referred to with ``$ref``,
 which brings them to a tenth of that. ``--check`` exits 1 when the shipped file differs from
-what would be written (tests/test_check_schema.py runs it when the module is there).
+what would be written (tests/check/test_check_schema.py runs it when the module is there).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from testbed.build import COMPONENTS
 
 __all__ = ["SHIPPED_FOLDER", "crd_folder", "pinned_release", "render", "shipped"]
 
-SHIPPED_FOLDER = Path(__file__).resolve().parent.parent / "raygate/extender/check"
+SHIPPED_FOLDER = Path(__file__).resolve().parent.parent / "raygate/server/check"
 KINDS = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml",
          "RayService": "ray.io_rayservices.yaml", "RayCronJob": "ray.io_raycronjobs.yaml"}
 # A schema shorter than this stays inline: a $ref would cost about as much as it saves.

@@ -1,5 +1,5 @@
 """Snapshot fixtures of the admission-status tests: builders of PodGroups and Kueue
-Workloads beside ``tests.builders``, and one named scenario per situation the API must
+Workloads beside ``testkit.builders``, and one named scenario per situation the API must
 explain (each a list of objects as ``kubectl get -o json`` prints them).
 
 Times are relative to ``T0_EPOCH``, the tests' fake "now".
@@ -11,7 +11,7 @@ import copy
 from typing import Self
 
 from raygate.plugin.native import GATE
-from tests.builders import (
+from testkit.builders import (
     T0_EPOCH,
     Obj,
     iso,

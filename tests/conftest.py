@@ -18,15 +18,15 @@ import pytest
 import trustme
 import uvloop
 
-from raygate.extender.api.scheduler import SchedulerExtender
-from raygate.extender.listeners import WebhookListener, bind_socket
-from raygate.extender.server import RaygateServer
-from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.editor import build_snapshot
-from raygate.extender.state.snapshot import Snapshot
-from raygate.extender.state.snapshot_files import demo_text, load_text
 from raygate.plugin.config import PolicyConfig
-from tests.builders import T0_EPOCH, Obj, object_list
+from raygate.server.cache.cluster import ClusterCache
+from raygate.server.cache.editor import build_snapshot
+from raygate.server.cache.snapshot import Snapshot
+from raygate.server.cache.snapshot_files import demo_text, load_text
+from raygate.server.fronts.scheduler import SchedulerExtender
+from raygate.server.listeners import WebhookListener, bind_socket
+from raygate.server.server import RaygateServer
+from testkit.builders import T0_EPOCH, Obj, object_list
 
 
 class FakeClock:

@@ -3,7 +3,7 @@ reconciler, scheduler, subscribers) and ``KubeRayProvider`` — stock, or raygat
 subclass — over a fake Kubernetes API (Ray's own ``IKubernetesHttpApiClient``), a fake
 KubeRay controller and a fake GCS, with time injected into Ray's modules.
 
-Import this module only once Ray is known to be importable (``tests/test_ray_autoscaler``
+Import this module only once Ray is known to be importable (``tests/client/test_ray_autoscaler``
 checks first).
 """
 
@@ -36,7 +36,7 @@ from raygate.ray_autoscaler.provider import (
     Installation,
     install,
 )
-from tests.builders import Obj
+from testkit.builders import Obj
 from tests.conftest import FakeClock
 
 __all__ = ["RAY_TIME_MODULES", "Bench", "FakeGcs", "FakeKube", "RayTime", "Side", "loops",

@@ -23,13 +23,13 @@ from bench.payloads import (
     snapshot_gpu_node_names,
 )
 from bench.scenarios import CLUSTER_NODES
-from raygate.extender.api.scheduler import SchedulerExtender
-from raygate.extender.api.volcano import VolcanoExtender
-from raygate.extender.state.cache import ClusterCache
-from raygate.extender.state.editor import build_snapshot
-from raygate.extender.state.snapshot import Snapshot
-from raygate.extender.state.snapshot_files import load_text
 from raygate.plugin.config import PolicyConfig
+from raygate.server.cache.cluster import ClusterCache
+from raygate.server.cache.editor import build_snapshot
+from raygate.server.cache.snapshot import Snapshot
+from raygate.server.cache.snapshot_files import load_text
+from raygate.server.fronts.scheduler import SchedulerExtender
+from raygate.server.fronts.volcano import VolcanoExtender
 
 T = TypeVar("T")
 

@@ -12,11 +12,11 @@ import pytest
 from bench.micro.conftest import NOW, Benchmark, Cluster, cache_of, snapshot_of
 from bench.payloads import OVERFLOW_GROUP, app_pod, ray_worker_pod
 from bench.scenarios import MICRO
-from raygate.extender.api.scheduler import SchedulerExtender
-from raygate.extender.state import convert
-from raygate.extender.state.editor import SnapshotEditor
-from raygate.extender.wire import kube
-from tests.builders import Obj, iso, make_node, make_pod, make_raycluster
+from raygate.server.cache import convert
+from raygate.server.cache.editor import SnapshotEditor
+from raygate.server.fronts.scheduler import SchedulerExtender
+from raygate.server.wire import kube
+from testkit.builders import Obj, iso, make_node, make_pod, make_raycluster
 
 # --- preempt -------------------------------------------------------------------------------
 

@@ -15,13 +15,13 @@ import pytest
 from bench.micro.conftest import NOW, Benchmark, Cluster, cache_of
 from bench.payloads import extender_args
 from bench.scenarios import MICRO
-from raygate.extender.api.scheduler import SchedulerExtender
-from raygate.extender.metrics.registry import Metrics
-from raygate.extender.state import convert
-from raygate.extender.state.editor import SnapshotEditor
-from raygate.extender.wire import kube
-from raygate.extender.wire import scheduler as wire
 from raygate.plugin.placement import Placement, decide, filter_names
+from raygate.server.cache import convert
+from raygate.server.cache.editor import SnapshotEditor
+from raygate.server.fronts.scheduler import SchedulerExtender
+from raygate.server.metrics.registry import Metrics
+from raygate.server.wire import kube
+from raygate.server.wire import scheduler as wire
 
 SHAPES = [f"names-{n}" for n in MICRO.names] + [f"nodelist-{n}" for n in MICRO.nodelist]
 

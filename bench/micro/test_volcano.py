@@ -11,7 +11,7 @@ import pytest
 from bench.micro.conftest import Benchmark, Cluster
 from bench.payloads import volcano_node_info, volcano_predicate, volcano_prioritize
 from bench.scenarios import MICRO
-from raygate.extender.wire import volcano as wire
+from raygate.server.wire import volcano as wire
 
 
 def predicate_body(cluster: Cluster, pods: int) -> bytes:

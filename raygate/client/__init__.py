@@ -9,8 +9,8 @@
         for event in client.watch(namespace="ray"):  # ADDED..., SYNCED, then changes
             ...
 
-Both transports return the same types (``raygate.extender.wire.admission_status``). Errors are
-``raygate.extender.errors`` types: ``RayClusterNotFound`` (with ``synced``), ``BadRequest``,
+Both transports return the same types (``raygate.contract.admission_status``). Errors are
+``raygate.contract.errors`` types: ``RayClusterNotFound`` (with ``synced``), ``BadRequest``,
 ``Unavailable`` when raygate cannot be reached, ``Unauthorized``/``Forbidden`` when
 raygate checks callers and this one may not read, ``RaygateError`` for anything else. A
 client is not thread-safe: use one per thread. Only the standard library and ``grpcio``

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Protocol, Self
 
-from raygate.extender.wire.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
+from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
 
 __all__ = ["SERVICE_ACCOUNT_TOKEN", "AdmissionClient", "Closing", "Statuses", "Token", "Watch",
            "diff", "token_file"]

@@ -5,9 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from raygate.client import connect
-from raygate.extender.errors import (
-    RaygateError,
-)
+from raygate.contract.errors import RaygateError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 import grpc
 
 from raygate.client.base import Closing, Token, Watch
-from raygate.extender.errors import (
+from raygate.contract import admission_status as wire
+from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
+from raygate.contract.errors import (
     GRPC_SYNCED_KEY,
     BadRequest,
     Forbidden,
@@ -17,10 +19,8 @@ from raygate.extender.errors import (
     Unauthorized,
     Unavailable,
 )
-from raygate.extender.proto.raygate.v1 import admission_pb2 as pb
-from raygate.extender.proto.raygate.v1 import admission_pb2_grpc
-from raygate.extender.wire import admission_status as wire
-from raygate.extender.wire.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
+from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
+from raygate.contract.proto.raygate.v1 import admission_pb2_grpc
 
 
 class GrpcAdmissionClient(Closing):

@@ -15,7 +15,8 @@ from urllib.parse import quote, urlencode, urlsplit
 import msgspec
 
 from raygate.client.base import Closing, Statuses, Token, Watch, diff
-from raygate.extender.errors import (
+from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
+from raygate.contract.errors import (
     BadRequest,
     Forbidden,
     RayClusterNotFound,
@@ -23,7 +24,6 @@ from raygate.extender.errors import (
     Unauthorized,
     Unavailable,
 )
-from raygate.extender.wire.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
 
 decode_status = msgspec.json.Decoder(AdmissionStatus).decode
 

@@ -1,6 +1,6 @@
 """``raygate check``'s findings on a manifest itself (RG1xx): what ``kubectl apply`` or
 KubeRay would refuse, and inputs with nothing to check. The reading and the schema are the
-caller's (``raygate.extender.check``); the words are here. The rules on a RayCluster's
+caller's (``raygate.server.check``); the words are here. The rules on a RayCluster's
 configuration (RG0xx) are ``raygate.plugin.lint``'s."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Only the fields a rule uses are here. Quantities are integer milli-units
 (``raygate.plugin.quantity``); timestamps are seconds since the epoch as floats.
-``raygate.extender`` builds these from wire structs; nothing in ``raygate.plugin`` knows the
+``raygate.server`` builds these from wire structs; nothing in ``raygate.plugin`` knows the
 JSON shapes.
 """
 
@@ -283,7 +283,7 @@ class NodeClaimView:
 
 
 class ClusterView(Protocol):
-    """What the policy may ask of the cluster. ``raygate.extender``'s snapshot implements it.
+    """What the policy may ask of the cluster. ``raygate.server``'s snapshot implements it.
 
     Every method answers from one immutable snapshot, without I/O; implementations
     precompute what the hot path asks (``is_gpu_node`` in O(1)).

@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 import grpc
 
 from raygate.client import GrpcAdmissionClient, HttpAdmissionClient, token_file
-from raygate.extender.errors import RaygateError
-from raygate.extender.logs import about
-from raygate.extender.wire.admission_status import AdmissionStatus
+from raygate.contract.admission_status import AdmissionStatus
+from raygate.contract.errors import RaygateError
+from raygate.contract.logs import about
 from raygate.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
 
 __all__ = ["Advice", "Advisor", "PodAdvice", "connect"]

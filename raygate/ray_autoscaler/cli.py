@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from raygate.extender.version import describe
+from raygate.contract.version import describe
 from raygate.plugin.config import ConfigError
 from raygate.ray_autoscaler.settings import (
     ENV_CA_FILE,

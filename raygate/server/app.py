@@ -1,0 +1,229 @@
+"""``raygate serve`` put together: settings in, a running server out.
+
+The one place that decides what runs: where the cluster state comes from (the demo, snapshot
+files, or a cluster followed by list/watch), who may read the status APIs, which sockets
+are listened on, and what runs beside the server (the watch threads, the policy reload).
+A refusal at start is a ``StartupError``: one line on stderr and exit code 2, before
+anything is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from raygate.contract import logs
+from raygate.contract.version import describe
+from raygate.plugin.config import ConfigError
+from raygate.server.cache.cluster import ClusterCache
+from raygate.server.cache.editor import build_snapshot
+from raygate.server.cache.keys import ClusterObjects
+from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.server.config.load import Loaded, authz_enabled
+from raygate.server.config.reload import PolicyReloader
+from raygate.server.config.settings import ServeSettings, parse_addr
+from raygate.server.kube.client import (
+    ClusterConfigError,
+    Connection,
+    KubeTransport,
+    NoClusterConfig,
+    load_connection,
+)
+from raygate.server.kube.leader import Leadership, LeaseTiming
+from raygate.server.kube.lease import identity, lease_elector, lease_namespace
+from raygate.server.kube.source import LiveSource
+from raygate.server.listeners import ListenError, WebhookListener, bind_socket
+from raygate.server.server import RaygateServer
+from raygate.server.tls import CertReloader, TlsFiles
+
+if TYPE_CHECKING:
+    from raygate.server.authz.authorizer import Authorizer
+
+__all__ = ["NO_CLUSTER", "StartupError", "check_startup", "serve"]
+
+log = logging.getLogger("raygate")
+
+NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Give it one of:
+  in-cluster config   run raygate in a pod (KUBERNETES_SERVICE_HOST, its service account)
+  --kubeconfig FILE   a kubeconfig (and --context NAME to choose a context)
+  $KUBECONFIG         a kubeconfig, else ~/.kube/config
+  --snapshot FILE     objects as `kubectl get ... -o yaml|json` prints them (repeatable)
+  --demo              the demo cluster shipped with raygate"""
+
+
+class StartupError(Exception):
+    """raygate cannot start as configured; the message is what stderr gets."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the cluster state comes from: objects loaded once, or a cluster to follow."""
+
+    description: str
+    objects: ClusterObjects | None = None
+    connection: Connection | None = None
+
+
+def source_of(settings: ServeSettings) -> Source:
+    try:
+        if settings.demo:
+            return Source("demo cluster", objects=load_text(demo_text(), "demo"))
+        if settings.snapshots:
+            return Source("snapshot " + ", ".join(settings.snapshots),
+                          objects=load_files(settings.snapshots))
+        connection = load_connection(settings.kubeconfig or None, settings.context or None)
+    except NoClusterConfig:
+        raise StartupError(NO_CLUSTER) from None
+    except (SnapshotError, ClusterConfigError) as exc:
+        raise StartupError(f"raygate: {exc}") from None
+    return Source(f"cluster {connection.description}", connection=connection)
+
+
+def authorizer_for(settings: ServeSettings, connection: Connection | None) -> Authorizer | None:
+    """The TokenReview/SubjectAccessReview guard of the status APIs, when authz is on."""
+    if not authz_enabled(settings, os.environ):
+        return None
+    if connection is None:  # load_settings refuses `authz: on` with --demo/--snapshot
+        raise StartupError("raygate: --authz: on needs a cluster to ask")
+    # Imported here: only a process that checks callers needs it.
+    from raygate.server.authz.authorizer import Authorizer
+
+    return Authorizer.from_connection(connection, settings.authz_cache_seconds,
+                                      audiences=settings.authz_audiences)
+
+
+def _listen(addr: str, flag: str) -> socket.socket:
+    try:
+        return bind_socket(*parse_addr(addr, flag))
+    except OSError as exc:
+        raise StartupError(f"raygate: cannot listen on {addr}: {exc.strerror}") from None
+
+
+def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
+    cache = ClusterCache(settings.policy, source.description)
+    if source.objects is not None:
+        cache.publish(build_snapshot(source.objects, settings.policy))
+        counts = cache.snapshot.counts()
+        log.info("loaded %s: %s; ignored %s", source.description,
+                 ", ".join(f"{v} {k}" for k, v in counts.items()),
+                 dict(source.objects.ignored) or "nothing")
+    return cache
+
+
+def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer | None,
+            transport: KubeTransport | None, leadership: Leadership | None = None
+            ) -> RaygateServer:
+    sock = _listen(settings.http_addr, "--http-addr")
+    # gRPC binds its own socket when the server runs, and its failure says neither why
+    # nor anything but a bare RuntimeError (after a line of gRPC's own on stderr): bind
+    # the address once here, to refuse a held port as the HTTP one is, with the reason.
+    _listen(settings.grpc_addr, "--grpc-addr").close()
+    webhook = None
+    if settings.webhook_addr:  # load_settings made sure TLS is there
+        webhook = WebhookListener(_listen(settings.webhook_addr, "--webhook-addr"),
+                                  settings.webhook_cert, settings.webhook_key)
+    try:
+        annotate = (transport.annotate_pod
+                    if transport is not None and settings.requeue == "on" else None)
+        budgets = (transport if transport is not None and settings.disruption_budgets == "on"
+                   else None)
+        # Whatever placement.native says, a pod raygate's gate holds is released by it.
+        server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
+                               webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
+                               budget_api=budgets, leadership=leadership,
+                               patch_pod=None if transport is None else transport.patch_pod)
+    except ConfigError as exc:  # certificate files that cannot be used
+        raise StartupError(f"raygate: {exc}") from None
+    if authorizer is not None:
+        server.metrics.watch_authz(authorizer.counts)
+    log.info("authz %s for the admission-status and explain APIs",
+             "on" if authorizer is not None else "off")
+    return server
+
+
+def _leadership(settings: ServeSettings, transport: KubeTransport | None) -> Leadership:
+    """Of the Lease ``server.leaderElection`` names; without a cluster, or with it off,
+    none: this replica leads while it runs."""
+    if transport is None or settings.leader_election == "off":
+        return Leadership(None)
+    timing = LeaseTiming(settings.leader_election_lease_seconds,
+                         settings.leader_election_renew_deadline_seconds,
+                         settings.leader_election_retry_seconds)
+    namespace = lease_namespace(settings.leader_election_lease_namespace)
+    elector = lease_elector(transport.api, settings.leader_election_lease_name, namespace,
+                            identity(), timing)
+    log.info("leader election as %s for the Lease %s/%s", elector.identity, namespace,
+             settings.leader_election_lease_name)
+    return Leadership(elector, timing)
+
+
+def check_startup(settings: ServeSettings) -> Source:
+    """Every refusal ``serve`` makes before it binds a port (``--print-config`` makes
+    them too): the cluster state that cannot be loaded or followed, certificates that
+    cannot be used. Raises ``StartupError``."""
+    try:
+        parse_addr(settings.http_addr, "--http-addr")
+        source = source_of(settings)
+        # Loaded here only to be refused early; the servers load their own (and reload).
+        if settings.tls_cert or settings.tls_key or settings.client_ca:
+            CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
+                         "TLS")
+        if settings.webhook_addr:
+            CertReloader(TlsFiles(settings.webhook_cert, settings.webhook_key),
+                         "webhook TLS")
+    except ConfigError as exc:
+        raise StartupError(f"raygate: {exc}") from None
+    return source
+
+
+def serve(loaded: Loaded) -> None:
+    """Run raygate until it is told to stop; raises ``StartupError`` before serving."""
+    settings = loaded.settings
+    source = check_startup(settings)
+    try:
+        authorizer = authorizer_for(settings, source.connection)
+    except ConfigError as exc:
+        raise StartupError(f"raygate: {exc}") from None
+    # Once the settings hold: a refusal above is a line on stderr, not a log record.
+    logs.configure(settings.log_level, settings.log_format)
+    log.info("%s starting", describe())
+    if not settings.policy.gpu_node_labels:
+        # Node autoscalers decide before a node exists: only a label can name a GPU node.
+        log.warning("policy.gpuNodeLabels is empty: raygate tells GPU nodes by allocatable "
+                    "GPUs only, and writes no native placement rule (node autoscalers and "
+                    "schedulers without raygate's extender will not see its rule)")
+    with ExitStack() as running:
+        if authorizer is not None:
+            running.callback(authorizer.close)
+        cache = _cache(settings, source)
+        transport = None if source.connection is None else KubeTransport(source.connection)
+        server = _server(settings, cache, authorizer, transport,
+                         _leadership(settings, transport))
+        if transport is not None:
+            # Serving starts at once: /readyz answers 503 until every kind is listed.
+            live = LiveSource(cache, transport)
+            live.start()
+            running.callback(live.stop)
+            log.info("following %s", source.description)
+        if loaded.file is not None:
+            reloader = PolicyReloader(loaded.file, cache.set_policy).start()
+            running.callback(reloader.stop)
+            server.metrics.watch_config(reloader.counts)
+        try:
+            _run(server)
+        except ListenError as exc:  # the port was taken between the check and the bind
+            raise StartupError(f"raygate: {exc}") from None
+
+
+def _run(server: RaygateServer) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        asyncio.run(server.run())
+        return
+    uvloop.run(server.run())

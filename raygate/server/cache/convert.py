@@ -1,0 +1,366 @@
+"""Wire structs (``raygate.server.wire.kube``) to the policy's frozen views
+(``raygate.plugin.model``).
+
+Quantities become milli-units and RFC 3339 timestamps seconds since the epoch. A value
+that cannot be converted raises ``ConversionError`` with the field path.
+
+Pods are most of a cluster and most of a pod's conversion is work every pod of its
+Deployment or Ray worker group repeats: the same requests and limits parsed into the same
+mappings, the same label set, the same few timestamps. Those parts are immutable, so
+``PodViews`` builds each once and shares it: a sync of 150,000 pods is faster and the
+cache smaller, and a request's pod converts in less time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from raygate.plugin.admission.autoscalers import wanted
+from raygate.plugin.model import (
+    EMPTY,
+    Condition,
+    ContainerResources,
+    NodeAffinityShape,
+    NodeClaimView,
+    NodeView,
+    OwnerRef,
+    PodEventView,
+    PodGroupView,
+    PodView,
+    RayClusterView,
+    WorkerGroupSpec,
+    WorkloadView,
+)
+from raygate.plugin.native import GATE
+from raygate.plugin.quantity import QuantityError, parse_milli
+from raygate.server.wire import kube
+
+__all__ = [
+    "POD_CONDITIONS",
+    "ConversionError",
+    "PodViews",
+    "event_view",
+    "node_view",
+    "nodeclaim_view",
+    "pod_view",
+    "podgroup_view",
+    "raycluster_view",
+    "timestamp",
+    "wanted_event",
+    "workload_view",
+]
+
+
+class ConversionError(ValueError):
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{message} - at `{path}`")
+        self.path = path
+
+
+def timestamp(value: str | None, path: str) -> float | None:
+    """RFC 3339 (``2026-11-30T04:50:52Z``, as Kubernetes writes metav1.Time) to epoch
+    seconds."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise ConversionError(path, f"not an RFC 3339 time: {value!r}") from None
+
+
+def resources(values: kube.ResourceList | None, path: str) -> Mapping[str, int]:
+    if not values:
+        return EMPTY
+    out: dict[str, int] = {}
+    for name, quantity in values.items():
+        try:
+            out[name] = parse_milli(quantity)
+        except QuantityError as exc:
+            raise ConversionError(f"{path}.{name}", str(exc)) from None
+    return MappingProxyType(out)
+
+
+_UNGATED: tuple[tuple[str, ...], None] = ((), None)
+
+
+def _gates(spec: kube.PodSpec) -> tuple[tuple[str, ...], NodeAffinityShape | None]:
+    """The pod's scheduling gates, and the shape of its node affinity while raygate's own
+    gate holds it (what the release patch needs; no other pod keeps it)."""
+    gates = tuple(g.name for g in spec.scheduling_gates or ())
+    return gates, (_affinity_shape(spec.affinity) if GATE in gates else None)
+
+
+def _affinity_shape(affinity: Any) -> NodeAffinityShape:
+    """The shape of ``spec.affinity`` as decoded (plain JSON values: the API server has
+    validated it; anything else reads as absent)."""
+    if not isinstance(affinity, dict):
+        return NodeAffinityShape()
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, dict):
+        return NodeAffinityShape(affinity=True)
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = None
+    if isinstance(required, dict):
+        listed = required.get("nodeSelectorTerms")
+        terms = tuple(isinstance(t, dict) and isinstance(t.get("matchExpressions"), list)
+                      for t in (listed if isinstance(listed, list) else ()))
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    return NodeAffinityShape(affinity=True, node_affinity=True, required_terms=terms,
+                             preferred=isinstance(preferred, list))
+
+
+def _controller(refs: list[kube.OwnerReference] | None) -> OwnerRef | None:
+    for ref in refs or ():
+        if ref.controller:
+            return OwnerRef(ref.kind, ref.name, ref.uid, ref.api_version)
+    return None
+
+
+def _conditions(conds: list[kube.Condition] | None, path: str) -> tuple[Condition, ...]:
+    return tuple(
+        Condition(
+            c.type, c.status, c.reason or "", c.message or "",
+            timestamp(c.last_transition_time, f"{path}[{i}].lastTransitionTime"),
+        )
+        for i, c in enumerate(conds or ())
+    )
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_NONE: Mapping[str, str] = MappingProxyType({})
+
+POD_CONDITIONS = frozenset({"PodScheduled", "Ready", "DisruptionTarget"})
+"""The pod conditions raygate reads (``PodView.condition`` in ``raygate.plugin.admission``
+and ``raygate.server.cache.cluster``); the others (Initialized, ContainersReady, ...) are
+left out of the views the cache holds: at 150,000 pods they are a quarter of the memory.
+A rule that reads another condition type adds it here."""
+
+
+class _Memo(dict[K, V]):
+    """A dict that forgets everything when it holds ``limit`` entries: bounded, and the
+    shapes a cluster uses now come back at once."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def keep(self, key: K, value: V) -> V:
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+        return value
+
+
+class PodViews:
+    """Pods to views, sharing the parts that repeat. The memos are plain dicts, bounded by
+    clearing when full: threads may share an instance (under the GIL a race at worst
+    clears a memo twice)."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self._resources: _Memo[tuple[tuple[str, kube.Quantity], ...], Mapping[str, int]] = (
+            _Memo(limit))
+        self._containers: _Memo[tuple[object, ...], ContainerResources] = _Memo(limit)
+        self._labels: _Memo[tuple[tuple[str, str], ...], dict[str, str]] = _Memo(limit)
+        self._times: _Memo[str, float | None] = _Memo(limit)
+
+    def __call__(self, pod: kube.Pod, path: str = "$") -> PodView:
+        meta, spec, status = pod.metadata, pod.spec, pod.status
+        annotations: dict[str, str] = {}
+        if meta.annotations is not None:
+            if meta.annotations.preemptable is not None:
+                annotations["volcano.sh/preemptable"] = meta.annotations.preemptable
+            if meta.annotations.group_name is not None:
+                annotations["scheduling.k8s.io/group-name"] = meta.annotations.group_name
+            if meta.annotations.task_spec is not None:
+                annotations["volcano.sh/task-spec"] = meta.annotations.task_spec
+        conditions = []
+        for i, c in enumerate(status.conditions or ()):
+            if c.type in POD_CONDITIONS:
+                conditions.append(Condition(
+                    c.type, c.status, c.reason or "", c.message or "",
+                    self._time(c.last_transition_time, path,
+                               ".status.conditions[%d].lastTransitionTime", i)))
+        containers: tuple[ContainerResources, ...] = ()
+        init_containers: tuple[ContainerResources, ...] = ()
+        if spec.containers:
+            containers = tuple(self._container(c, path, ".spec.containers[%d]", i)
+                               for i, c in enumerate(spec.containers))
+        if spec.init_containers:
+            init_containers = tuple(self._container(c, path, ".spec.initContainers[%d]", i)
+                                    for i, c in enumerate(spec.init_containers))
+        gates, shape = _gates(spec) if spec.scheduling_gates else _UNGATED
+        return PodView(
+            uid=meta.uid,
+            namespace=meta.namespace,
+            name=meta.name,
+            labels=self._label_set(meta.labels),
+            annotations=annotations or _NONE,
+            controller=_controller(meta.owner_references),
+            node_name=spec.node_name or "",
+            priority=spec.priority or 0,
+            containers=containers,
+            init_containers=init_containers,
+            overhead=self._quantities(spec.overhead, path, ".spec.overhead"),
+            phase=status.phase or "",
+            conditions=tuple(conditions),
+            created=self._time(meta.creation_timestamp, path, ".metadata.creationTimestamp"),
+            deleted=self._time(meta.deletion_timestamp, path, ".metadata.deletionTimestamp"),
+            nominated_node_name=status.nominated_node_name or "",
+            scheduling_gates=gates,
+            node_affinity=shape,
+        )
+
+    # The field paths of errors are only built when a value is converted, not reused:
+    # ``path`` + ``where % index``.
+
+    def _label_set(self, labels: dict[str, str] | None) -> Mapping[str, str]:
+        if not labels:
+            return _NONE
+        key = tuple(labels.items())
+        shared = self._labels.get(key)
+        return shared if shared is not None else self._labels.keep(key, labels)
+
+    def _quantities(self, values: kube.ResourceList | None, path: str, where: str,
+                    index: int = 0) -> Mapping[str, int]:
+        if not values:
+            return EMPTY
+        key = tuple(values.items())
+        shared = self._resources.get(key)
+        if shared is None:
+            where = where % index if "%" in where else where
+            shared = self._resources.keep(key, resources(values, path + where))
+        return shared
+
+    def _container(self, c: kube.Container, path: str, where: str,
+                   index: int) -> ContainerResources:
+        res = c.resources
+        # restartPolicy Always on an init container makes it a sidecar (KEP-753).
+        sidecar = c.restart_policy == "Always"
+        if res is None:
+            return ContainerResources(sidecar=sidecar)
+        key = (tuple(res.requests.items()) if res.requests else (),
+               tuple(res.limits.items()) if res.limits else (), sidecar)
+        shared = self._containers.get(key)
+        if shared is None:
+            at = path + where % index
+            shared = self._containers.keep(key, ContainerResources(
+                requests=self._quantities(res.requests, at, ".resources.requests"),
+                limits=self._quantities(res.limits, at, ".resources.limits"),
+                sidecar=sidecar,
+            ))
+        return shared
+
+    def _time(self, value: str | None, path: str, where: str,
+              index: int = 0) -> float | None:
+        if not value:
+            return None
+        seconds = self._times.get(value)
+        if seconds is None:
+            where = where % index if "%" in where else where
+            seconds = self._times.keep(value, timestamp(value, path + where))
+        return seconds
+
+
+pod_view = PodViews()
+"""Pod to view, with what repeats from pod to pod shared: the request path's converter
+(the list/watch path has one of its own: ``raygate.server.kube.resources``)."""
+
+
+def node_view(node: kube.Node, path: str = "$") -> NodeView:
+    return NodeView(
+        name=node.metadata.name,
+        labels=node.metadata.labels or {},
+        allocatable=resources(node.status.allocatable, f"{path}.status.allocatable"),
+        unschedulable=bool(node.spec.unschedulable),
+    )
+
+
+def raycluster_view(rc: kube.RayCluster, path: str = "$") -> RayClusterView:
+    groups = []
+    for i, g in enumerate(rc.spec.worker_group_specs or ()):
+        gpath = f"{path}.spec.workerGroupSpecs[{i}]"
+        for field, value in (("replicas", g.replicas), ("minReplicas", g.min_replicas),
+                             ("maxReplicas", g.max_replicas), ("numOfHosts", g.num_of_hosts)):
+            if value is not None and value < 0:
+                raise ConversionError(f"{gpath}.{field}", f"must not be negative, got {value}")
+        groups.append(WorkerGroupSpec(
+            name=g.group_name,
+            replicas=g.replicas,
+            min_replicas=g.min_replicas or 0,
+            max_replicas=2147483647 if g.max_replicas is None else g.max_replicas,
+            # KubeRay defaults numOfHosts to 1; 0 is treated the same by its helpers.
+            num_of_hosts=g.num_of_hosts or 1,
+            suspended=bool(g.suspend),
+        ))
+    return RayClusterView(
+        namespace=rc.metadata.namespace,
+        name=rc.metadata.name,
+        uid=rc.metadata.uid,
+        autoscaling=bool(rc.spec.enable_in_tree_autoscaling),
+        suspended=bool(rc.spec.suspend),
+        worker_groups=tuple(groups),
+        labels=rc.metadata.labels or {},
+    )
+
+
+def podgroup_view(pg: kube.PodGroup, path: str = "$") -> PodGroupView:
+    return PodGroupView(
+        namespace=pg.metadata.namespace,
+        name=pg.metadata.name,
+        phase=pg.status.phase or "",
+        min_member=pg.spec.min_member or 0,
+        owner=_controller(pg.metadata.owner_references),
+        conditions=_conditions(pg.status.conditions, f"{path}.status.conditions"),
+    )
+
+
+def workload_view(wl: kube.Workload, path: str = "$") -> WorkloadView:
+    return WorkloadView(
+        namespace=wl.metadata.namespace,
+        name=wl.metadata.name,
+        owner=_controller(wl.metadata.owner_references),
+        conditions=_conditions(wl.status.conditions, f"{path}.status.conditions"),
+        api_version=wl.api_version,
+        pods=(sum(max(0, ps.count or 0) for ps in wl.spec.pod_sets)
+              if wl.spec.pod_sets is not None else None),
+    )
+
+
+def event_view(event: kube.Event, path: str = "$") -> PodEventView:
+    """A pod's Event. Its time is when it was last seen: ``series.lastObservedTime``
+    (events.k8s.io writers), ``lastTimestamp`` (core/v1 recorders, which count repeats
+    on one object), ``eventTime``, then ``firstTimestamp``."""
+    series = event.series.last_observed_time if event.series is not None else None
+    for field, value in (("series.lastObservedTime", series),
+                         ("lastTimestamp", event.last_timestamp),
+                         ("eventTime", event.event_time),
+                         ("firstTimestamp", event.first_timestamp)):
+        if value:
+            at = timestamp(value, f"{path}.{field}")
+            break
+    else:
+        at = None
+    return PodEventView(
+        namespace=event.metadata.namespace, name=event.metadata.name,
+        pod_uid=event.involved_object.uid, reason=event.reason, message=event.message,
+        component=event_component(event), at=at)
+
+
+def wanted_event(event: kube.Event) -> bool:
+    """Is this one of the pod events the cache holds (``autoscalers.wanted``)?"""
+    return wanted(event.reason, event_component(event), event.message)
+
+
+def event_component(event: kube.Event) -> str:
+    source = event.source.component if event.source is not None else ""
+    return source or event.reporting_component
+
+
+def nodeclaim_view(claim: kube.NodeClaim, path: str = "$") -> NodeClaimView:
+    return NodeClaimView(name=claim.metadata.name, node_name=claim.status.node_name or "",
+                         deleting=bool(claim.metadata.deletion_timestamp))

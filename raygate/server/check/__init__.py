@@ -1,0 +1,159 @@
+"""``raygate check``: RayCluster manifests (files, or a live cluster's RayClusters) against
+KubeRay's CRD schema and ``raygate.plugin.lint``'s rules, as a table or JSON with a summary.
+
+Files: every document of every file, RayJobs' and RayServices' embedded RayCluster specs
+too; everything wrong is reported, not the first thing per file. Exit status: ``report``'s
+``EXIT_*``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO, TextIO
+
+import msgspec
+
+from raygate.plugin.classify import gpu_node_reason
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.lint import lint
+from raygate.plugin.lint_model import ClusterFacts, Finding, LintCluster, object_ref
+from raygate.plugin.manifest import not_an_object, not_parsed, recognise
+from raygate.server.cache import convert
+from raygate.server.cache.snapshot_files import SnapshotError
+from raygate.server.check.inputs import (
+    DEFAULT_MAX_BYTES,
+    Document,
+    InputError,
+    documents,
+    expand,
+    parse_size,
+)
+from raygate.server.check.manifests import check_object, lint_cluster
+from raygate.server.check.report import Located, Report, render
+from raygate.server.check.schema import DEFAULT_VERSION, VERSIONS
+from raygate.server.kube.client import Connection, KubeTransport
+from raygate.server.kube.transport import TransportError
+from raygate.server.wire import kube
+from raygate.server.wire.raycluster import RayClusterManifest
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_VERSION", "VERSIONS", "check_files", "lint_cluster",
+           "live_inputs", "parse_size", "run_check"]
+
+
+def _ref(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return object_ref(str(obj.get("kind") or "object"), str(meta.get("namespace") or ""),
+                      str(meta.get("name") or ""), str(meta.get("generateName") or ""))
+
+
+def _document_findings(doc: Document, config: PolicyConfig, kuberay: str,
+                       report: Report) -> list[Finding]:
+    """What is wrong with one document; a Ray object is counted in ``report.checked`` (its
+    RayCluster kept), someone else's in ``report.skipped``."""
+    if doc.error is not None:
+        return [not_parsed(doc.error)]
+    if not isinstance(doc.value, dict):
+        return [not_an_object(doc.value)]
+    ref = _ref(doc.value)
+    kind, problems = recognise(doc.value.get("kind"), doc.value.get("apiVersion"), ref)
+    if kind is None:
+        if not problems:
+            report.skipped[str(doc.value.get("kind"))] += 1
+        return problems
+    report.checked[kind] += 1
+    try:
+        found, cluster = check_object(doc.value, kind, ref, config, kuberay)
+    except RecursionError:
+        return [*problems, not_parsed("nested too deeply")]
+    if cluster is not None:
+        report.clusters.append(cluster)
+    return [*problems, *found]
+
+
+def _check_file(path: str, config: PolicyConfig, report: Report, *, kuberay: str,
+                max_bytes: int, stdin: BinaryIO) -> None:
+    docs = documents(path, max_bytes, stdin)
+    report.files += 1
+    for doc in docs:
+        report.findings += [Located(f, doc.file, doc.line)
+                            for f in _document_findings(doc, config, kuberay, report)]
+
+
+class _Page(msgspec.Struct):
+    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def _list_all(transport: KubeTransport, path: str) -> Iterator[msgspec.Raw]:
+    """Every item of a collection, page by page (``limit`` + ``continue``)."""
+    token = ""
+    while True:
+        query = [("limit", "500")] + ([("continue", token)] if token else [])
+        page = msgspec.json.decode(transport.get(path, query), type=_Page)
+        yield from page.items
+        token = str(page.metadata.get("continue") or "")
+        if not token:
+            return
+
+
+def live_inputs(connection: Connection, namespace: str | None,
+                config: PolicyConfig) -> tuple[list[LintCluster], ClusterFacts]:
+    """The RayClusters (of one namespace, or all) and what raygate sees of the cluster:
+    GPU nodes, and whether Volcano's PodGroups and Kueue's Workloads are served."""
+    transport = KubeTransport(connection)
+    try:
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        clusters = [lint_cluster(msgspec.json.decode(raw, type=RayClusterManifest))
+                    for raw in _list_all(transport, f"/apis/ray.io/v1{scope}/rayclusters")]
+        gpu_nodes = sum(
+            1 for raw in _list_all(transport, "/api/v1/nodes")
+            if gpu_node_reason(convert.node_view(msgspec.json.decode(raw, type=kube.Node)),
+                               config) is not None)
+        volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
+        kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())
+                    for v in ("v1beta2", "v1beta1"))
+    except (TransportError, msgspec.DecodeError, convert.ConversionError) as exc:
+        raise SnapshotError(f"reading the cluster at {connection.description}: {exc}") from None
+    finally:
+        transport.close()
+    return clusters, ClusterFacts(gpu_nodes, volcano, kueue)
+
+
+def check_files(paths: Sequence[str], config: PolicyConfig, *,
+                kuberay: str = DEFAULT_VERSION, max_bytes: int = DEFAULT_MAX_BYTES,
+                stdin: BinaryIO | None = None, errors: TextIO | None = None) -> Report:
+    """Every file of ``paths`` (``-``: stdin; a folder: its manifests, recursively) checked
+    against KubeRay ``kuberay``; one that cannot be read is said on ``errors`` (stderr) and
+    noted in the report, and the others are still checked."""
+    report = Report(kuberay=kuberay)
+    for path in expand(paths):
+        try:
+            _check_file(path, config, report, kuberay=kuberay, max_bytes=max_bytes,
+                        stdin=stdin or sys.stdin.buffer)
+        except InputError as exc:
+            report.unreadable.append(str(exc))
+            print(f"raygate: {exc}", file=errors or sys.stderr)
+    return report
+
+
+def run_check(paths: Sequence[str], output: str, strict: bool, config: PolicyConfig, *,
+              kuberay: str = DEFAULT_VERSION,
+              live: tuple[list[LintCluster], ClusterFacts] | None = None,
+              max_bytes: int = DEFAULT_MAX_BYTES, stdin: BinaryIO | None = None,
+              out: TextIO | None = None, errors: TextIO | None = None) -> int:
+    """Check files against KubeRay ``kuberay`` (of ``schema.VERSIONS``), or with ``live``
+    the RayClusters read from a cluster with its facts; print the findings and the
+    summary; return the exit status."""
+    if live is not None:
+        clusters, facts = live
+        report = Report(live=True, checked=Counter({"RayCluster": len(clusters)}) if clusters
+                        else Counter(), clusters=list(clusters), kuberay=None)
+        report.findings = [Located(f) for f in lint(clusters, facts, config)]
+    else:
+        report = check_files(paths, config, kuberay=kuberay, max_bytes=max_bytes, stdin=stdin,
+                             errors=errors)
+    render(report, output, strict, out or sys.stdout)
+    return report.exit_code(strict)

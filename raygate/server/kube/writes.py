@@ -1,0 +1,143 @@
+"""The few writes raygate makes, as ``KubeTransport``'s methods (a mixin: the transport
+holds the client and the request timeout they use): the stale-refusal annotation of a pod
+(``raygate.server.controllers.requeue``), the release of a gated pod
+(``raygate.server.controllers.placement``) and the floors' PodDisruptionBudgets
+(``raygate.server.controllers.budgets``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+import urllib3
+from kubernetes import client as k8s
+
+from raygate.plugin.budgets import LABEL_RAYCLUSTER
+from raygate.server.kube.decode import STATUS
+from raygate.server.kube.transport import TransportError, api_error
+from raygate.server.wire import DECODE_ERRORS, kube
+
+__all__ = ["FIELD_MANAGER", "Writes"]
+
+FIELD_MANAGER = "raygate"
+"""The field manager of raygate's server-side applies."""
+
+class _BudgetItem(msgspec.Struct):
+    metadata: kube.ObjectMeta = msgspec.field(default_factory=kube.ObjectMeta)
+
+
+class _BudgetList(msgspec.Struct):
+    items: list[_BudgetItem] | None = None
+
+
+_BUDGET_LIST = msgspec.json.Decoder(_BudgetList)
+
+
+def _finish(response: object) -> None:
+    """Read a reply raygate does not use, so its connection goes back to the pool (with
+    ``_preload_content=False`` the client returns urllib3's response, whatever its type
+    hints say)."""
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        return
+    try:
+        _ = response.data
+    finally:
+        response.release_conn()
+
+
+def _api_failure(exc: k8s.ApiException, what: str) -> Exception:
+    """The API server's refusal (403, 422, ...) as an ``ApiError`` with its message."""
+    body = exc.body if isinstance(exc.body, bytes | str) else b""
+    try:
+        status = STATUS.decode(body)
+    except DECODE_ERRORS:
+        status = kube.Status()
+    code = exc.status if isinstance(exc.status, int) else 0
+    if code == 0:  # the client's wrapper of a failure below HTTP
+        return TransportError(f"{what}: {exc.reason}")
+    return api_error(code, status.reason or str(exc.reason or ""),
+                     f"{what}: {status.message or ''}")
+
+
+
+class Writes:
+    """Needs ``api`` (the client) and ``request_timeout``; ``get`` for the list."""
+
+    api: k8s.ApiClient
+    request_timeout: float
+    get: Callable[[str, list[tuple[str, str]]], bytes]
+    """``KubeTransport.get``: a GET of ``path`` with ``query``, the body's bytes."""
+
+    def annotate_pod(self, namespace: str, name: str, uid: str,
+                     annotations: Mapping[str, str]) -> None:
+        """Set ``annotations`` on a pod, if it is still the pod ``uid``: the UID in the
+        patch is a precondition (a pod made anew under the same name answers 422, as
+        ``metadata.uid`` cannot change; one that is gone, 404). A strategic merge patch,
+        said so: the client's default for a patch is a JSON Patch, which a dict is not.
+        Bounded at 5 s: a stale refusal is asked again once, and a shutdown waits for it."""
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        self._patch_pod(namespace, name, body, "application/strategic-merge-patch+json")
+
+    def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        """Apply a JSON Patch (RFC 6902) to a pod: all its operations or none, so a
+        ``test`` among them is a precondition of the rest (a failed one answers 422).
+        Bounded at 5 s, as the annotation is."""
+        self._patch_pod(namespace, name, ops, "application/json-patch+json")
+
+    def _patch_pod(self, namespace: str, name: str,
+                   body: dict[str, Any] | list[dict[str, Any]], content_type: str) -> None:
+        timeout = min(self.request_timeout, 5.0)
+        try:
+            _finish(k8s.CoreV1Api(self.api).patch_namespaced_pod(
+                name, namespace, body, _preload_content=False, _content_type=content_type,
+                _request_timeout=(timeout, timeout)))
+        except k8s.ApiException as exc:
+            raise _api_failure(exc, f"PATCH pod {namespace}/{name}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"PATCH pod {namespace}/{name}: {exc}") from None
+
+    # --- PodDisruptionBudgets (raygate.server.controllers.budgets) ------------------------------
+
+    def apply_budget(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Server-side apply of a PodDisruptionBudget, as field manager ``raygate``, forced:
+        raygate owns every field it sets, so two replicas applying the same object
+        converge on it, and a field another manager took is taken back."""
+        try:
+            _finish(k8s.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget(
+                name, namespace, dict(body), field_manager=FIELD_MANAGER, force=True,
+                _content_type="application/apply-patch+yaml", _preload_content=False,
+                _request_timeout=(self.request_timeout, self.request_timeout)))
+        except k8s.ApiException as exc:
+            raise _api_failure(exc, f"APPLY poddisruptionbudget {namespace}/{name}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"APPLY poddisruptionbudget {namespace}/{name}: {exc}"
+                                 ) from None
+
+    def delete_budget(self, namespace: str, name: str) -> None:
+        """Delete a PodDisruptionBudget; one that is gone already is no error."""
+        try:
+            _finish(k8s.PolicyV1Api(self.api).delete_namespaced_pod_disruption_budget(
+                name, namespace, _preload_content=False,
+                _request_timeout=(self.request_timeout, self.request_timeout)))
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise _api_failure(exc, f"DELETE poddisruptionbudget {namespace}/{name}"
+                               ) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"DELETE poddisruptionbudget {namespace}/{name}: {exc}"
+                                 ) from None
+
+    def list_budgets(self, label_selector: str) -> list[tuple[str, str, str]]:
+        """``(namespace, name, raygate.io/raycluster label)`` of every
+        PodDisruptionBudget ``label_selector`` selects, in every namespace."""
+        query = [("labelSelector", label_selector)]
+        data = self.get("/apis/policy/v1/poddisruptionbudgets", query)
+        try:
+            listing = _BUDGET_LIST.decode(data)
+        except DECODE_ERRORS as exc:
+            raise TransportError(f"LIST poddisruptionbudgets: not a list: {exc}") from None
+        return [(item.metadata.namespace, item.metadata.name,
+                 (item.metadata.labels or {}).get(LABEL_RAYCLUSTER, ""))
+                for item in listing.items or ()]

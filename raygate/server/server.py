@@ -1,0 +1,369 @@
+"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop.
+
+Lifecycle (``stop``, on SIGTERM/SIGINT): ``/readyz`` answers 503 "shutting-down" and gRPC
+health NOT_SERVING at once; after ``shutdown_delay_seconds`` (time for the endpoints
+controller to take the pod out of its Services) the listeners close, long-polls and
+Watch streams end with what they have, and in-flight requests get
+``shutdown_grace_seconds`` to finish before they are cut; ``run`` then returns. A second
+signal cuts at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from raygate.plugin.config import ConfigError
+from raygate.server.cache.cluster import ClusterCache
+from raygate.server.config.settings import ServeSettings
+from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
+from raygate.server.controllers.placement import NativePlacement, PatchPod
+from raygate.server.controllers.requeue import Annotate, StaleRefusals
+from raygate.server.fronts.admission.service import AdmissionService, admission_routes
+from raygate.server.fronts.explain import SERVICE_NAME as EXPLAIN_SERVICE
+from raygate.server.fronts.explain import ExplainService, add_explain_service, explain_routes
+from raygate.server.fronts.health import health_routes
+from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
+from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
+from raygate.server.fronts.webhook import RayPodWebhook
+from raygate.server.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
+from raygate.server.grpc.servicers import add_admission_service
+from raygate.server.http.app import HttpApp
+from raygate.server.http.routes import AsyncRoute, Gate, Route
+from raygate.server.kube.leader import Leadership
+from raygate.server.listeners import HttpServer, ListenError, WebhookListener, http_config
+from raygate.server.metrics.registry import Metrics, metrics_routes
+from raygate.server.tls import CertReloader, TlsFiles
+
+__all__ = ["AccessGuard", "RaygateServer"]
+
+log = logging.getLogger("raygate.server")
+
+CERT_POLL_SECONDS = 5.0
+"""How often certificate files are checked for change. A Secret volume is updated within
+the kubelet's sync period (about a minute) anyway."""
+
+
+GRPC_OPTIONS = (
+    # grpc sets SO_REUSEPORT by default: a second raygate on the same port would then
+    # start and share it, each client served by either (and answered "not known" by the
+    # one with the emptier cache). Without it the second bind fails, as HTTP's does.
+    ("grpc.so_reuseport", 0),
+)
+
+
+class AccessGuard(Protocol):
+    """Who may read admission status and explanations (``raygate.server.authz.Authorizer``)."""
+
+    def guard_routes(
+        self, routes: dict[str, Route | AsyncRoute],
+    ) -> dict[str, Route | AsyncRoute]: ...
+
+    def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]: ...
+
+
+class RaygateServer:
+    """The HTTP and gRPC servers over one cache. ``run`` serves until ``stop``."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        http_sock: socket.socket,
+        grpc_addr: str,
+        *,
+        settings: ServeSettings = ServeSettings(),  # noqa: B008 - frozen, never mutated
+        scheduler: SchedulerExtender | None = None,
+        webhook: WebhookListener | None = None,
+        authorizer: AccessGuard | None = None,
+        cert_poll_seconds: float = CERT_POLL_SECONDS,
+        annotate_pod: Annotate | None = None,
+        budget_api: BudgetApi | None = None,
+        patch_pod: PatchPod | None = None,
+        leadership: Leadership | None = None,
+    ) -> None:
+        """``annotate_pod``, ``budget_api``, ``patch_pod``: the writes raygate makes, None
+        when not made. ``leadership``: the Lease's; None: this replica always leads."""
+        self.cache = cache
+        self.settings = settings
+        self.http_sock = http_sock
+        self.http_port: int = http_sock.getsockname()[1]
+        self.grpc_addr = grpc_addr
+        self.grpc_port = 0
+        self.cert_poll_seconds = cert_poll_seconds
+        self.shutting_down = False  # set by ``stop``: /readyz answers 503 from then on
+        # A registry per server: several servers in one process count apart.
+        self.metrics = Metrics()
+        self.scheduler = scheduler or SchedulerExtender(cache)
+        self.scheduler.bind_metrics(self.metrics)
+        self.leadership = leadership or Leadership(None)
+        self.leading: Callable[[], bool] = self.leadership.leading  # one replica acts
+        self.metrics.watch_leadership(self.leadership)
+        self.stale_refusals, self.budgets = self._writers(annotate_pod, budget_api)
+        self.native = self._native_placement(patch_pod)
+        self.started = asyncio.Event()
+        self.admission = AdmissionService(cache, self.scheduler.clock)  # one notion of `now`
+        self.explain = ExplainService(cache, self.scheduler.clock)
+        self.metrics.watch_cache(cache)
+        self.metrics.watch_admission(self.admission.pod_states)
+        self.tls = self._main_tls()
+        self.authorizer = authorizer
+        self._http = self._main_server()
+        self._grpc: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Future[None] | None = None
+        self.webhook = webhook
+        self._webhook_tls: CertReloader | None = None
+        self._webhook = None if webhook is None else self._webhook_server(webhook)
+
+    def _main_tls(self) -> CertReloader | None:
+        tls = _main_tls(self.settings)
+        if tls is not None:
+            self.metrics.watch_tls("main", tls)
+        return tls
+
+    def _native_placement(self, patch_pod: PatchPod | None) -> NativePlacement | None:
+        """The release of gated pods (``patch_pod`` writes it), while this replica leads."""
+        return None if patch_pod is None else NativePlacement(
+            self.cache, self.scheduler.clock, patch_pod, self.metrics, leading=self.leading,
+            wait_seconds=self.settings.placement_wait_seconds)
+
+    def _writers(self, annotate_pod: Annotate | None, budget_api: BudgetApi | None
+                 ) -> tuple[StaleRefusals | None, DisruptionBudgets | None]:
+        """The stale refusals (``annotate_pod`` writes a pod's annotation, to ask
+        kube-scheduler to try a pod again; ``requeue.staleRefusals``) and the floors'
+        PodDisruptionBudgets (written through ``budget_api``; ``disruptionBudgets``)."""
+        stale = None if annotate_pod is None else StaleRefusals(
+            self.cache, self.scheduler.clock, annotate_pod, self.metrics)
+        self.scheduler.stale_refusals = stale
+        budgets = None if budget_api is None else DisruptionBudgets(
+            self.cache, budget_api, self.metrics, time.monotonic)
+        return stale, budgets
+
+    def _main_server(self) -> HttpServer:
+        settings = self.settings
+        return HttpServer(
+            http_config(HttpApp(self._routes(), settings.max_body_bytes, self.metrics),
+                         settings, None if self.tls is None else self.tls.listener_context()),
+            "main", settings.header_timeout_seconds, self.metrics)
+
+    def _routes(self) -> dict[str, Route | AsyncRoute]:
+        """Every route of the main listener; each API module contributes its own."""
+        # Pod names and scheduling reasons: behind the authorizer when there is one. The
+        # OpenAPI document describes the API and holds no cluster data.
+        private = admission_routes(self.admission)
+        openapi = {"/openapi.json": private.pop("/openapi.json")}
+        private.update(explain_routes(self.explain))
+        if self.authorizer is not None:
+            private = self.authorizer.guard_routes(private)
+        cache, clock = self.cache, self.scheduler.clock
+        return {
+            **health_routes(cache, lambda: self.shutting_down),
+            **metrics_routes(self.metrics),
+            **scheduler_routes(self.scheduler),
+            **volcano_routes(VolcanoExtender(cache, clock, self.metrics),
+                             Gate(self.settings.predicate_concurrency)),
+            **openapi,
+            **private,
+        }
+
+    def _webhook_server(self, webhook: WebhookListener) -> HttpServer:
+        """The API server calls admission webhooks over HTTPS only: a listener of its
+        own, whatever the main port serves."""
+        settings = self.settings
+        tls = self._webhook_tls = CertReloader(
+            TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
+        self.metrics.watch_tls("webhook", tls)
+        ray_pods = RayPodWebhook(lambda: self.cache.snapshot.config, self.metrics,
+                                 gate=settings.native_placement == "on",
+                                 marker=settings.webhook_marker == "on")
+        routes = {**health_routes(self.cache, lambda: self.shutting_down), **ray_pods.routes()}
+        return HttpServer(
+            http_config(HttpApp(routes, settings.max_body_bytes), settings,
+                         tls.listener_context()),
+            "webhook", settings.header_timeout_seconds, self.metrics)
+
+    async def run(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        grpc_server, health_servicer = self._grpc_server()
+        # Long-polls and Watch streams wait on this loop; the cache may publish from any
+        # thread, and the service hops onto the loop with call_soon_threadsafe.
+        self._follow_cache(loop)
+        self.leadership.start()
+        await grpc_server.start()
+        stop_following = await self._follow_health(loop, health_servicer)
+        log.info("serving HTTP%s on %s:%d, gRPC%s on port %d (%s)",
+                 "S" if self.tls else "", *self.http_sock.getsockname()[:2],
+                 " (TLS)" if self.tls else "", self.grpc_port, self.cache.source)
+        servers = [self._http.serve(sockets=[self.http_sock])]
+        if self._webhook is not None and self.webhook is not None:
+            servers.append(self._webhook.serve(sockets=[self.webhook.sock]))
+        serving = asyncio.ensure_future(asyncio.gather(*servers))
+        polling = asyncio.ensure_future(self._poll_certificates())
+        while not self._http.started and not serving.done():
+            await asyncio.sleep(0.005)
+        self.started.set()
+        if self.shutting_down and self._shutdown is None:  # stop() came before the loop
+            self._shutdown = asyncio.ensure_future(self._drain())
+        try:
+            await serving
+        finally:
+            polling.cancel()
+            stop_following()
+            self._stop_following_cache()
+            self.leadership.stop()  # when the HTTP server ended without stop(); else done
+            if self._shutdown is not None:
+                await self._shutdown  # the gRPC server's own grace
+            else:  # the HTTP server ended without stop(): a failure, nothing to drain
+                await health_servicer.enter_graceful_shutdown()
+                await grpc_server.stop(grace=None)
+
+    def _follow_cache(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start what follows the cache's publishes beside the requests: the admission
+        statuses (long-polls and Watch streams wait on ``loop``; the cache may publish from
+        any thread, and the service hops onto the loop), the stale refusals, the gated
+        pods' releases, the budgets."""
+        self.admission.attach(loop)
+        if self.stale_refusals is not None:
+            self.stale_refusals.attach(loop)
+        if self.native is not None:
+            self.native.attach(loop)
+        if self.budgets is not None:
+            self.budgets.start()
+
+    def _stop_following_cache(self) -> None:
+        self.admission.close()
+        if self.stale_refusals is not None:
+            self.stale_refusals.close()
+        if self.native is not None:
+            self.native.close()
+        if self.budgets is not None:
+            self.budgets.close()
+
+    async def _follow_health(self, loop: asyncio.AbstractEventLoop,
+                             health_servicer: health.aio.HealthServicer
+                             ) -> Callable[[], None]:
+        """gRPC health as the cache's readiness, now and after each publish (the cache
+        becomes ready after start when it lists a live cluster); returns the unfollow."""
+
+        async def set_health() -> None:
+            status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
+                      else health_pb2.HealthCheckResponse.NOT_SERVING)
+            for service in ("", ADMISSION_SERVICE, EXPLAIN_SERVICE):
+                # Ignored once shutting down (enter_graceful_shutdown is final).
+                await health_servicer.set(service, status)
+
+        await set_health()
+        return self.cache.follow_on(loop, lambda: asyncio.ensure_future(set_health()))
+
+    def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+        """The gRPC server: the admission and explain services, health, reflection, the
+        authorizer's interceptor; bound, not yet started."""
+        interceptors = [] if self.authorizer is None else self.authorizer.grpc_interceptors()
+        server = self._grpc = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
+        health_servicer = self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        add_admission_service(self.admission, server)
+        add_explain_service(self.explain, server)
+        reflection.enable_server_reflection(
+            (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            server)
+        try:
+            if self.tls is None:
+                self.grpc_port = server.add_insecure_port(self.grpc_addr)
+            else:
+                self.grpc_port = server.add_secure_port(self.grpc_addr,
+                                                        self.tls.grpc_credentials())
+        except RuntimeError:
+            # grpcio (1.85) raises a bare RuntimeError with no reason when the bind fails;
+            # raygate.server.app binds the address once before, to name the reason.
+            raise ListenError(f"cannot listen on {self.grpc_addr} (gRPC): the address is "
+                              "in use or not this machine's") from None
+        return server, health_servicer
+
+    def stop(self) -> None:
+        """Begin the shutdown (see the module's doc); call on the server's loop (a signal
+        handler, or ``loop.call_soon_threadsafe``). A second call cuts at once."""
+        if self.shutting_down:
+            log.warning("stopping now: in-flight requests are cut")
+            for server in (self._http, self._webhook):
+                if server is not None:
+                    server.force_exit = True
+                    server.should_exit = True
+            if self._shutdown is not None:
+                self._shutdown.cancel()  # no more delay, no more grace
+                self._shutdown = asyncio.ensure_future(self._cut())
+            return
+        self.shutting_down = True
+        if self._loop is not None:
+            self._shutdown = asyncio.ensure_future(self._drain())
+
+    async def _cut(self) -> None:
+        self.admission.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace=None)
+
+    async def _drain(self) -> None:
+        settings = self.settings
+        log.info("shutting down: not ready now, closing listeners in %gs, then %gs for "
+                 "in-flight requests", settings.shutdown_delay_seconds,
+                 settings.shutdown_grace_seconds)
+        # Stop acting and release the Lease at once: another replica takes over while
+        # this one drains its requests (the release is a request or two: off the loop).
+        stepping_down = asyncio.ensure_future(asyncio.to_thread(self.leadership.stop))
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if settings.shutdown_delay_seconds > 0:
+            # Keep serving everything but /readyz while the endpoints controller and the
+            # load balancers catch up: a scheduler may still send a request or two.
+            await asyncio.sleep(settings.shutdown_delay_seconds)
+        # Long-polls and Watch streams end now with what they have; the servers' graceful
+        # shutdown would otherwise wait for them.
+        self.admission.close()
+        for server in (self._http, self._webhook):
+            if server is not None:
+                server.should_exit = True  # uvicorn: close the listener, drain, then cut
+        if self._grpc is not None:
+            # New RPCs are refused at once; those in flight are cancelled after the grace.
+            await self._grpc.stop(grace=settings.shutdown_grace_seconds)
+        await stepping_down
+
+    async def _poll_certificates(self) -> None:
+        reloaders = [r for r in (self.tls, self._webhook_tls) if r is not None]
+        if not reloaders:
+            return
+        while True:
+            await asyncio.sleep(self.cert_poll_seconds)
+            for reloader in reloaders:
+                try:
+                    reloader.check()
+                except Exception:
+                    # Nobody awaits this task: an exception would end it silently, and
+                    # no listener would reload again. Say why, and keep polling.
+                    log.exception("%s: checking the certificate files failed",
+                                  reloader.name)
+
+
+def _main_tls(settings: ServeSettings) -> CertReloader | None:
+    if not (settings.tls_cert or settings.tls_key or settings.client_ca):
+        return None
+    if not (settings.tls_cert and settings.tls_key):
+        # Settings read by extender.settings never get here (checked there, naming where
+        # each was set); a server built from bare ServeSettings must still not serve
+        # plain text when TLS was asked for.
+        raise ConfigError(["tls_cert, tls_key: TLS (and client_ca) needs both"])
+    return CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
+                        "TLS")

@@ -1,0 +1,189 @@
+"""``NativePlacement``: the release of gated pods, over a real ``ClusterCache``, with a fake
+API server that applies each JSON Patch to its pods (jsonpatch) and publishes the result
+late, as a watch does. The fake exists for what the real one cannot be made to do on cue:
+fail a write, answer a conflict, lag. The real kube-apiserver's answers are in
+e2e/test_native_placement.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from raygate.plugin.config import PolicyConfig
+from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE
+from raygate.server.cache.cluster import ClusterCache
+from raygate.server.controllers.placement import FAIL_OPEN_AFTER, NativePlacement
+from raygate.server.kube.transport import ApiError, TransportError
+from raygate.server.metrics.registry import Metrics
+from testkit.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster
+from tests.conftest import FakeClock, snapshot_of
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+class FakeApi:
+    """Pods by name; ``patch`` applies a JSON Patch all or nothing (422 when a ``test``
+    fails), unless ``fail`` says otherwise for that call."""
+
+    def __init__(self, objects: list[Obj]) -> None:
+        self.objects = objects
+        self.calls: list[tuple[str, list[dict[str, Any]]]] = []
+        self.fail: Callable[[str], Exception | None] = lambda name: None
+        self.lock = threading.Lock()
+
+    def patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.calls.append((name, ops))
+            error = self.fail(name)
+            if error is not None:
+                raise error
+            for i, obj in enumerate(self.objects):
+                if obj["metadata"].get("name") == name and obj["kind"] == "Pod":
+                    try:
+                        self.objects[i] = jsonpatch.apply_patch(obj, ops)
+                    except jsonpatch.JsonPatchException as exc:
+                        raise ApiError(422, "Invalid", str(exc)) from None
+                    return
+            raise ApiError(404, "NotFound", name)
+
+    def pod(self, name: str) -> Obj:
+        return next(o for o in self.objects if o["metadata"]["name"] == name)
+
+
+def run(api: FakeApi, steps: Callable[[NativePlacement, ClusterCache, FakeClock],
+                                      Any], **options: Any) -> Metrics:
+    metrics = Metrics()
+    clock = FakeClock(T0_EPOCH)
+
+    async def main() -> None:
+        cache = ClusterCache(PolicyConfig(), "test")
+        cache.publish(snapshot_of(*api.objects))
+        native = NativePlacement(cache, clock, api.patch, metrics, tick_seconds=0.01,
+                                 retry_seconds=0.01, **options)
+        native.attach(asyncio.get_running_loop())
+        try:
+            await steps(native, cache, clock)
+        finally:
+            native.close()
+
+    asyncio.run(main())
+    return metrics
+
+
+async def settle(seconds: float = 0.2) -> None:
+    await asyncio.sleep(seconds)
+
+
+def burst(count: int, floor: int) -> list[Obj]:
+    cluster = (make_raycluster("rc").autoscaling()
+               .group("g", replicas=count, min=floor, max=count).obj())
+    head = make_pod("rc-head").head("rc").gated(GATE).created(iso(T0_EPOCH)).obj()
+    return [cluster, head, *(make_pod(f"w{i}").ray("rc", "g").gated(GATE)
+                             .created(iso(T0_EPOCH + i)).obj() for i in range(count))]
+
+
+def test_a_burst_is_released_once_each_floor_first() -> None:
+    api = FakeApi(burst(5, 2))
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        await settle()
+        cache.publish(snapshot_of(*api.objects))  # the watch catches up
+        await settle()
+
+    metrics = run(api, steps)
+    assert sorted(name for name, _ in api.calls) == ["rc-head", "w0", "w1", "w2", "w3", "w4"]
+    roles = {o["metadata"]["name"]: o["metadata"]["labels"][LABEL_ROLE]
+             for o in api.objects if o["kind"] == "Pod"}
+    assert roles == {"rc-head": "head", "w0": "floor", "w1": "floor", "w2": "surplus",
+                     "w3": "surplus", "w4": "surplus"}
+    for name, role in roles.items():
+        pod = api.pod(name)
+        assert pod["spec"]["schedulingGates"] == []
+        node = pod["spec"]["affinity"]["nodeAffinity"]
+        assert (REQUIRED in node) == (role != "surplus")
+        assert (PREFERRED in node) == (role == "surplus")
+        assert pod["metadata"]["labels"][LABEL_RULE] in (
+            "head-avoids-gpu", "floor-avoids-gpu", "surplus-prefers-cpu")
+    assert metrics.placement_releases.labels(
+        "floor-avoids-gpu", "required-not-gpu", "released").value == 2
+
+
+def test_a_replica_that_does_not_lead_writes_nothing() -> None:
+    api = FakeApi(burst(3, 1))
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        await settle()
+
+    run(api, steps, leading=lambda: False)
+    assert api.calls == []
+
+
+def test_a_pod_of_an_unknown_raycluster_waits_then_goes_as_floor() -> None:
+    _, *pods = burst(2, 0)
+    api = FakeApi(pods)  # the RayCluster has not reached the cache
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        await settle()
+        assert api.calls == []
+        clock.now += 11  # past wait_seconds
+        await settle()
+
+    run(api, steps, wait_seconds=10)
+    assert {api.pod(n)["metadata"]["labels"][LABEL_ROLE] for n in ("w0", "w1")} == {"floor"}
+
+
+def test_refused_writes_are_retried_with_a_backoff_then_released_bare() -> None:
+    api = FakeApi(burst(1, 1)[0:1] + burst(1, 1)[2:])
+    api.fail = lambda name: (ApiError(400, "BadRequest", "an admission plugin objects")
+                             if len(api.calls) <= FAIL_OPEN_AFTER else None)
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        for _ in range(FAIL_OPEN_AFTER + 1):
+            await settle(0.1)
+            clock.now += 60  # past any backoff
+
+    metrics = run(api, steps)
+    assert len(api.calls) == FAIL_OPEN_AFTER + 1  # no hot loop
+    pod = api.pod("w0")
+    assert pod["spec"]["schedulingGates"] == [] and "affinity" not in pod["spec"]
+    assert pod["metadata"]["labels"][LABEL_RULE] == "failed-open"  # not the rule it lacks
+    assert metrics.placement_releases.labels(
+        "floor-avoids-gpu", "required-not-gpu", "failed").value == FAIL_OPEN_AFTER
+
+
+@pytest.mark.parametrize("error", [ApiError(500, "InternalError", "etcd"),
+                                   ApiError(429, "TooManyRequests", "slow down"),
+                                   ApiError(403, "Forbidden", "a restarted authorizer"),
+                                   TransportError("connection refused")])
+def test_an_api_server_out_of_reach_is_waited_for_rule_and_all(error: Exception) -> None:
+    api = FakeApi(burst(1, 1)[0:1] + burst(1, 1)[2:])
+    api.fail = lambda name: error if len(api.calls) <= 2 * FAIL_OPEN_AFTER else None
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        for _ in range(2 * FAIL_OPEN_AFTER + 1):
+            await settle(0.1)
+            clock.now += 60
+
+    run(api, steps)
+    assert len(api.calls) == 2 * FAIL_OPEN_AFTER + 1
+    assert REQUIRED in api.pod("w0")["spec"]["affinity"]["nodeAffinity"]
+
+
+@pytest.mark.parametrize("code", [404, 422])
+def test_a_pod_released_or_deleted_meanwhile_is_not_patched_again_at_once(code: int) -> None:
+    api = FakeApi(burst(1, 1)[0:1] + burst(1, 1)[2:])
+    api.fail = lambda name: ApiError(code, "x", "y")
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        for _ in range(5):  # publishes that touch the cluster, the clock standing still
+            cache.publish(snapshot_of(*api.objects))
+            await settle(0.05)
+
+    run(api, steps)
+    assert len(api.calls) == 1
