@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from raygate.server.kube.leader import Leadership, LeaseTiming
 from raygate.server.kube.client import KubeTransport, load_connection
+from raygate.server.kube.leader import Leadership, LeaseTiming
 from raygate.server.kube.lease import identity, lease_elector
 from testbed.cluster import DEPLOY, RAYGATE_NAMESPACE, Testbed
 

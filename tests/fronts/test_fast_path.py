@@ -394,6 +394,6 @@ def test_uvicorn_is_the_version_the_fast_path_was_written_for() -> None:
     from pathlib import Path
 
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    dependencies = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["server"]
-    (pin,) = [d for d in dependencies if d.startswith("uvicorn")]
+    project = tomllib.loads(pyproject.read_text())["project"]
+    (pin,) = [d for d in project["optional-dependencies"]["server"] if d.startswith("uvicorn")]
     assert pin == f"uvicorn=={version('uvicorn')}"
