@@ -243,9 +243,10 @@ def test_filter_and_score_apply_the_decision(case: Case) -> None:
         assert volcano_score(True, case.config) == 0.0
 
 
-def test_every_rule_has_a_row() -> None:
+def test_every_rule_placement_and_policy_has_a_row() -> None:
     assert {case.rule for case in CASES} == set(Rule)
     assert {case.placement for case in CASES} == set(Placement)
+    assert {case.config.gpu_nodes_for_surplus for case in CASES} == set(GpuNodesForSurplus)
 
 
 # --- the per-node functions ----------------------------------------------------------
