@@ -20,6 +20,11 @@ What runs, in order (every binary built by ``testbed.build`` from its Go module)
 
 Nodes and pods are simulated: nodes are created through the API with the capacity a
 test asks for, and kwok marks a bound pod Running and Ready.
+
+Everything after kube-controller-manager is an add-on (``testbed.addon.AddOn``; the ones
+above are in ``testbed.components``), and so are the components scenarios start on
+demand (Volcano, Kueue, Karpenter, a Ray head...): ``Testbed.add`` starts one,
+``Testbed.addons`` holds them, ``Testbed.stop`` stops them last started first.
 """
 
 from __future__ import annotations
@@ -33,73 +38,37 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import yaml
-
+from testbed import components
+from testbed.addon import AddOn
 from testbed.api import Api
-from testbed.build import COMPONENTS, cache_root
+from testbed.build import COMPONENTS
+from testbed.common import (
+    DEPLOY,
+    RAYGATE_NAMESPACE,
+    REPO,
+    Ports,
+    TestbedError,
+    binary,
+    write_kubeconfig,
+)
 from testbed.pki import Pki, make_pki
-from testbed.processes import Process, StartError, free_port, wait_for
-from testbed.webhook import NATIVE_PLACEMENT_OFF, webhook_configuration
+from testbed.processes import Process, StartError, wait_for
 
-__all__ = ["DEPLOY", "REPO", "Testbed", "TestbedError", "binary", "running_testbed"]
+__all__ = ["DEPLOY", "RAYGATE_NAMESPACE", "REPO", "Testbed", "TestbedError", "binary",
+           "running_testbed"]
 
-REPO = Path(__file__).resolve().parent.parent
-DEPLOY = REPO / "deploy"
-SCHEDULER_SETUP = DEPLOY / "kube-scheduler-second"
-RAYGATE_NAMESPACE = "raygate-system"
+A = TypeVar("A", bound=AddOn)
+
 # What the testbed installs and waits for before anything starts.
 CRDS = ("crd/rayclusters.ray.io", "crd/rayjobs.ray.io", "crd/rayservices.ray.io",
         "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io",
         "crd/podgroups.scheduling.volcano.sh", "crd/queues.scheduling.volcano.sh",
         "crd/workloads.kueue.x-k8s.io", "crd/clusterqueues.kueue.x-k8s.io")
-# Start order; stop goes the other way (whatever was restarted in between).
-STOP_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "ray-scheduler",
-              "default-scheduler", "kuberay-operator", "kwok", "raygate"]
-
-
-class TestbedError(Exception):
-    """The testbed cannot start: a component is not built, or one did not come up."""
-
-    __test__ = False  # not a test class, whatever pytest's collector thinks of the name
-
-
-def binary(component: str, name: str) -> Path:
-    path = COMPONENTS[component].path(name)
-    if not path.is_file():
-        raise TestbedError(f"{path} is missing: build the testbed first (`make testbed`; "
-                           f"the cache is {cache_root()})")
-    return path
-
-
-def _kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str]) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "testbed",
-        "clusters": [{"name": "testbed",
-                      "cluster": {"server": server, "certificate-authority": str(ca)}}],
-        "users": [{"name": "testbed", "user": user}],
-        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "testbed"}}],
-    }))
-    path.chmod(0o600)
-    return path
-
-
-@dataclass
-class Ports:
-    etcd: int = field(default_factory=free_port)
-    etcd_peer: int = field(default_factory=free_port)
-    apiserver: int = field(default_factory=free_port)
-    controller_manager: int = field(default_factory=free_port)
-    ray_scheduler: int = field(default_factory=free_port)
-    default_scheduler: int = field(default_factory=free_port)
-    kuberay_metrics: int = field(default_factory=free_port)
-    kuberay_health: int = field(default_factory=free_port)
-    raygate_http: int = field(default_factory=free_port)
-    raygate_grpc: int = field(default_factory=free_port)
-    raygate_webhook: int = field(default_factory=free_port)
+# The control plane, in start order: it stops last, the other way round.
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 
 class Testbed:
@@ -120,6 +89,9 @@ class Testbed:
         self.ports = Ports()
         self.with_raygate = raygate
         self.processes: dict[str, Process] = {}
+        """Every process running under the supervisor, by name: the add-ons' and others."""
+        self.addons: list[AddOn] = []
+        """The add-ons started (``add``), in start order."""
         self.pki: Pki | None = None
         self.admin_kubeconfig = workdir / "admin.kubeconfig"
         self.started_at = 0.0
@@ -149,7 +121,7 @@ class Testbed:
         self.started_at = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.pki = make_pki(self.workdir / "pki")
-        _kubeconfig(self.admin_kubeconfig, self.server, self.pki.ca_cert, {
+        write_kubeconfig(self.admin_kubeconfig, self.server, self.pki.ca_cert, {
             "client-certificate": str(self.pki.admin_cert),
             "client-key": str(self.pki.admin_key)})
         try:
@@ -160,17 +132,9 @@ class Testbed:
                 return self
             self._start_controller_manager()
             self._install_crds()
-            self.kubectl("apply", "-k", str(SCHEDULER_SETUP))
-            # Its webhook configuration calls the Service raygate-webhook, which nothing
-            # answers here: every pod creation would wait for the call to fail. raygate's
-            # own, called by URL, comes with raygate (``start_raygate``).
-            self.kubectl("delete", "mutatingwebhookconfiguration", "raygate-ray-pods")
-            self.kubectl("create", "namespace", "ray")
-            self._start_schedulers()
-            self._start_kuberay()
-            self._start_kwok()
-            if self.with_raygate:
-                self.start_raygate()
+            self._apply_scheduler_setup()
+            for addon in self._standard_addons():
+                self.add(addon)
         except BaseException:
             self.stop()
             raise
@@ -180,12 +144,17 @@ class Testbed:
         return self
 
     def stop(self) -> None:
-        """Stop every component, last started first; their logs stay in ``logs/``."""
+        """Stop every component, last started first; their logs stay in ``logs/``: the
+        processes a scenario ran itself (``run``), the add-ons, then the control plane."""
         self._stopping.set()
-        # Add-ons (Volcano, Kueue) first: they started after everything here.
-        for name in sorted(self.processes, key=lambda n: -STOP_ORDER.index(n)
-                           if n in STOP_ORDER else -len(STOP_ORDER)):
+        owned = {name for addon in self.addons for name in addon.process_names}
+        for name in [n for n in self.processes if n not in owned and n not in CONTROL_PLANE]:
             self.processes[name].stop()
+        for addon in reversed(self.addons):
+            addon.stop()
+        for name in reversed(CONTROL_PLANE):
+            if name in self.processes:
+                self.processes[name].stop()
 
     def _supervise(self) -> None:
         """Start again a component that exited, as the kubelet restarts a control-plane
@@ -209,6 +178,47 @@ class Testbed:
         process = Process(name, argv, self.logs, env=env).start()
         self.processes[name] = process
         return process
+
+    # --- add-ons ------------------------------------------------------------------------
+
+    def add(self, addon: A) -> A:
+        """Start ``addon`` on this testbed; returns it once it is ready. It stops with the
+        testbed (before the add-ons started earlier), or before with its ``stop()``. It
+        takes the place of an add-on of the same name."""
+        self.addons = [a for a in self.addons if a.name != addon.name or a is addon]
+        if addon not in self.addons:
+            self.addons.append(addon)
+        addon.start(self)
+        return addon
+
+    def addon(self, kind: type[A]) -> A | None:
+        """The last added add-on of ``kind``, if any."""
+        return next((a for a in reversed(self.addons) if isinstance(a, kind)), None)
+
+    def _standard_addons(self) -> list[AddOn]:
+        """The schedulers, KubeRay, kwok, and raygate unless left out."""
+        return [*components.schedulers(self), components.KubeRay(), components.Kwok(),
+                *([components.Raygate()] if self.with_raygate else [])]
+
+    def start_scheduler(self, name: str, config: Path, kubeconfig: str, port: int) -> None:
+        """A kube-scheduler named ``name`` reading ``config``, as an add-on."""
+        self.add(components.KubeScheduler(name, config, kubeconfig, port))
+
+    def restart_kuberay(self, batch_scheduler: str = "") -> None:
+        """Start the operator again with ``--batch-scheduler`` (``volcano``, say) or
+        without: KubeRay reads it at start, for every RayCluster it manages."""
+        kuberay = self.addon(components.KubeRay) or components.KubeRay()
+        kuberay.stop()
+        kuberay.batch_scheduler = batch_scheduler
+        self.add(kuberay)
+
+    def start_raygate(self) -> Process:
+        """raygate (``testbed.components.Raygate``), or again after ``kill_raygate``."""
+        return self.add(self.addon(components.Raygate) or components.Raygate()).started()
+
+    def kill_raygate(self) -> None:
+        """SIGKILL raygate; it stays down (not supervised) until ``start_raygate()``."""
+        self.processes.pop("raygate").kill()
 
     # --- etcd and kube-apiserver --------------------------------------------------------
 
@@ -322,129 +332,27 @@ class Testbed:
             "wait", "--for=condition=Established", "--timeout=10s", *CRDS,
             check=False).returncode == 0, 60)
 
+    def _apply_scheduler_setup(self) -> None:
+        """deploy/kube-scheduler-second's manifests, and the namespace ``ray``."""
+        self.kubectl("apply", "-k", str(components.SCHEDULER_SETUP))
+        # Its webhook configuration calls the Service raygate-webhook, which nothing
+        # answers here: every pod creation would wait for the call to fail. raygate's
+        # own, called by URL, comes with raygate (``start_raygate``).
+        self.kubectl("delete", "mutatingwebhookconfiguration", "raygate-ray-pods")
+        self.kubectl("create", "namespace", "ray")
+
     def service_account_kubeconfig(self, name: str, namespace: str = RAYGATE_NAMESPACE) -> Path:
         """A kubeconfig with a TokenRequest token of a ServiceAccount (as a pod gets)."""
         assert self.pki is not None
         argv = ["create", "token", name, "-n", namespace, "--duration=24h"]
         token = self.kubectl(*argv).stdout.strip()
-        return _kubeconfig(self.workdir / f"{namespace}.{name}.kubeconfig", self.server,
-                           self.pki.ca_cert, {"token": token})
+        return write_kubeconfig(self.workdir / f"{namespace}.{name}.kubeconfig", self.server,
+                                self.pki.ca_cert, {"token": token})
 
     def scheduler_configuration(self) -> dict[str, Any]:
         """The KubeSchedulerConfiguration shipped in deploy/, the extender's address and
         the kubeconfig path rewritten for this testbed."""
-        documents = yaml.safe_load_all((SCHEDULER_SETUP / "scheduler.yaml").read_text())
-        configmap = next(d for d in documents if d and d.get("kind") == "ConfigMap"
-                         and d["metadata"]["name"] == "ray-scheduler-config")
-        config: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
-        for extender in config.get("extenders", []):
-            extender["urlPrefix"] = f"{self.raygate_url}/scheduler"
-        kubeconfig = self.service_account_kubeconfig("ray-scheduler")
-        config["clientConnection"] = {**config.get("clientConnection", {}),
-                                      "kubeconfig": str(kubeconfig)}
-        return config
-
-    def _start_schedulers(self) -> None:
-        config = self.scheduler_configuration()
-        kubeconfig = config["clientConnection"]["kubeconfig"]
-        path = self.workdir / "ray-scheduler.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.start_scheduler("ray-scheduler", path, kubeconfig, self.ports.ray_scheduler)
-        default = self.workdir / "default-scheduler.yaml"
-        default.write_text(yaml.safe_dump({
-            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.admin_kubeconfig)},
-            "leaderElection": {"leaderElect": False}}))
-        self.start_scheduler("default-scheduler", default, str(self.admin_kubeconfig),
-                             self.ports.default_scheduler)
-
-    def start_scheduler(self, name: str, config: Path, kubeconfig: str, port: int) -> None:
-        process = self.run(name, [
-            binary("kubernetes", "kube-scheduler"), f"--config={config}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            # Tests scrape its metrics without a token.
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-            f"--cert-dir={self.workdir / (name + '-certs')}", "--v=2",
-        ])
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
-        wait_for(name, lambda: urllib.request.urlopen(
-            f"https://127.0.0.1:{port}/healthz", context=insecure, timeout=2).status == 200,
-            60, process)
-
-    def _start_kuberay(self, batch_scheduler: str = "") -> None:
-        process = self.run("kuberay-operator", [
-            binary("kuberay", "kuberay-operator"),
-            f"--metrics-addr=127.0.0.1:{self.ports.kuberay_metrics}",
-            f"--health-probe-bind-address=127.0.0.1:{self.ports.kuberay_health}",
-            "--enable-leader-election=false",
-            *([f"--batch-scheduler={batch_scheduler}"] if batch_scheduler else []),
-        ], env={"KUBECONFIG": str(self.admin_kubeconfig)})
-        wait_for("kuberay-operator", lambda: urllib.request.urlopen(
-            f"http://127.0.0.1:{self.ports.kuberay_health}/readyz", timeout=2).status == 200,
-            60, process)
-
-    def restart_kuberay(self, batch_scheduler: str = "") -> None:
-        """Start the operator again with ``--batch-scheduler`` (``volcano``, say) or
-        without: KubeRay reads it at start, for every RayCluster it manages."""
-        self.processes.pop("kuberay-operator").stop()
-        self._start_kuberay(batch_scheduler)
-
-    def _start_kwok(self) -> None:
-        stages = COMPONENTS["kwok"].path("stages")
-        self.run("kwok", [
-            binary("kwok", "kwok"), f"--kubeconfig={self.admin_kubeconfig}",
-            "--manage-all-nodes", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
-            f"--config={stages / 'node' / 'fast'}",
-            f"--config={stages / 'node' / 'heartbeat'}",
-            f"--config={stages / 'pod' / 'fast' / 'pod-ready.yaml'}",
-            f"--config={stages / 'pod' / 'fast' / 'pod-complete.yaml'}",
-            # A deleted pod goes after its grace period (at most), as a kubelet's does;
-            # the fast stage would force-delete it at once.
-            f"--config={stages / 'pod' / 'general' / 'pod-delete.yaml'}",
-        ])
-
-    # --- raygate ------------------------------------------------------------------------
-
-    def start_raygate(self) -> Process:
-        """raygate as an operator deploys it: the ``raygate`` ServiceAccount of deploy/,
-        the settings of deploy/base/configmap.yaml, authz on, and the Ray-pod webhook of
-        deploy/native-placement (every namespace but raygate's, kube-system and those
-        labelled ``NATIVE_PLACEMENT_OFF``: the gate on each new CPU-only Ray pod)."""
-        assert self.pki is not None
-        configmap = yaml.safe_load((DEPLOY / "base" / "configmap.yaml").read_text())
-        config = self.workdir / "raygate.yaml"
-        config.write_text(configmap["data"]["raygate.yaml"])
-        kubeconfig = self.service_account_kubeconfig("raygate")
-        process = self.run("raygate", [
-            sys.executable, "-m", "raygate", "serve", f"--kubeconfig={kubeconfig}",
-            f"--config={config}", f"--http-addr=127.0.0.1:{self.ports.raygate_http}",
-            f"--grpc-addr=127.0.0.1:{self.ports.raygate_grpc}", "--authz=on",
-            f"--webhook-addr=127.0.0.1:{self.ports.raygate_webhook}",
-            f"--webhook-cert={self.pki.apiserver_cert}",
-            f"--webhook-key={self.pki.apiserver_key}",
-            # The Deployment waits 5 s for endpoints controllers; there are none here.
-            "--shutdown-delay-seconds=0",
-        ], env={"PYTHONPATH": str(REPO),
-                # The downward API's, as in the Deployment: its leader election holds the
-                # Lease in raygate's namespace, where deploy/'s Role grants it.
-                "POD_NAME": "raygate-testbed", "POD_NAMESPACE": RAYGATE_NAMESPACE})
-        wait_for("raygate /readyz", lambda: urllib.request.urlopen(
-            f"{self.raygate_url}/readyz", timeout=2).status == 200, 60, process)
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump(webhook_configuration(
-            "raygate-ray-pods", f"https://127.0.0.1:{self.ports.raygate_webhook}",
-            self.pki.ca_cert, {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                 "values": ["kube-system", RAYGATE_NAMESPACE]},
-                {"key": NATIVE_PLACEMENT_OFF, "operator": "NotIn", "values": ["true"]}]})))
-        return process
-
-    def kill_raygate(self) -> None:
-        """SIGKILL raygate; it stays down (not supervised) until ``start_raygate()``."""
-        self.processes.pop("raygate").kill()
+        return components.ray_scheduler_configuration(self)
 
     # --- kubectl ------------------------------------------------------------------------
 

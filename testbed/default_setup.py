@@ -2,11 +2,12 @@
 that schedules every pod.
 
 ``start_default_setup`` starts, on a running testbed (the first scenario that needs it), a
-kube-scheduler with the setup's KubeSchedulerConfiguration (the extender, called for every
-pod: no ``managedResources``, the marker being off by default) whose profile is renamed
-``SCHEDULER``: the testbed's stock ``default-scheduler`` keeps its name. The Ray-pod
-webhook (the gate of raygate's native placement) is the testbed's own, as in every setup.
-``NAMESPACE_LABEL`` marks the scenarios that use this setup.
+kube-scheduler add-on (``testbed.components.KubeScheduler``) with the setup's
+KubeSchedulerConfiguration (the extender, called for every pod: no ``managedResources``,
+the marker being off by default) whose profile is renamed ``SCHEDULER``: the testbed's
+stock ``default-scheduler`` keeps its name. The Ray-pod webhook (the gate of raygate's
+native placement) is the testbed's own, as in every setup. ``NAMESPACE_LABEL`` marks the
+scenarios that use this setup.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from testbed.cluster import DEPLOY, Testbed, TestbedError
+from testbed.cluster import Testbed
+from testbed.common import DEPLOY, TestbedError
 from testbed.processes import free_port
 
 __all__ = ["NAMESPACE_LABEL", "SCHEDULER", "start_default_setup"]

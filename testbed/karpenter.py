@@ -2,8 +2,8 @@
 binary: Karpenter's core controllers over a provider that "launches" an instance by
 creating its Node object), beside a running testbed, as a cluster's node autoscaler.
 
-``start_karpenter`` starts it on demand (the Karpenter scenarios do); it stops with the
-testbed, or before with ``Karpenter.stop()``. What it sets up:
+``start_karpenter`` starts the add-on ``Karpenter`` on demand (the Karpenter scenarios do);
+it stops with the testbed, or before with ``Karpenter.stop()``. What it sets up:
 
 - Karpenter's five CRDs from the module it was built from (NodePool, NodeClaim,
   NodeOverlay, CapacityBuffer, KWOKNodeClass);
@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import functools
 import json
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from testbed.addon import AddOn, answers
 from testbed.api import Api
 from testbed.build import COMPONENTS
-from testbed.cluster import Testbed, TestbedError, binary
-from testbed.processes import Process, free_port, wait_for
+from testbed.cluster import Testbed
+from testbed.common import TestbedError, binary
+from testbed.processes import free_port, wait_for
 
 __all__ = ["GPU_LABELS", "GPU_TAINT", "INSTANCE_TYPES", "NODECLAIMS", "NODEPOOLS", "NODE_CLASS",
            "POOL_LABEL", "InstanceType", "Karpenter", "node_pool", "start_karpenter",
@@ -122,13 +123,69 @@ def node_pool(name: str, labels: dict[str, str], instance_types: list[str], *,
     }
 
 
-@dataclass
-class Karpenter:
+def wrote_on_pod(event: dict[str, Any]) -> bool:
+    """An Event Karpenter wrote about a pod (``Nominated``: "Pod should schedule on: …",
+    ``FailedScheduling``: why no pool fits). Karpenter records through the core/v1 Event
+    API, as component ``karpenter``."""
+    source = ((event.get("source") or {}).get("component")
+              or event.get("reportingComponent") or "")
+    return source == "karpenter" and event["involvedObject"].get("kind") == "Pod"
+
+
+def _node_class_ready(api: Api) -> bool:
+    node_class = api.get(f"{NODECLASSES}/{NODE_CLASS}")
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in node_class.get("status", {}).get("conditions") or [])
+
+
+def _install(testbed: Testbed) -> None:
+    """Karpenter's CRDs and the ``KWOKNodeClass`` every NodePool refers to, checked
+    Ready."""
+    for folder in ("crds", "nodeclass-crds"):
+        crds = COMPONENTS["karpenter"].path(folder)
+        if not crds.is_dir():
+            raise TestbedError(f"{crds} is missing: build the testbed first (`make testbed`)")
+        # Server-side: the NodePool and NodeClaim CRDs are too large for client-side
+        # apply's last-applied annotation.
+        testbed.kubectl("apply", "--server-side", "-f", str(crds))
+    wait_for("Karpenter's CRDs established", lambda: testbed.kubectl(
+        "wait", "--for=condition=Established", "--timeout=10s", *CRDS,
+        check=False).returncode == 0, 60)
+    testbed.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
+        "metadata": {"name": NODE_CLASS}, "spec": {}}))
+    if not _node_class_ready(testbed.api()):
+        raise TestbedError(f"KWOKNodeClass {NODE_CLASS} is not Ready: its CRD's status "
+                           "default did not apply, and no NodePool would be used")
+
+
+class Karpenter(AddOn):
     """The running controller and what scenarios read from it."""
 
-    testbed: Testbed
-    process: Process
-    health_port: int
+    name = "karpenter"
+    timeout = 90.0
+    readiness = "karpenter /readyz"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.health_port = free_port()
+
+    def launch(self, testbed: Testbed) -> None:
+        _install(testbed)
+        types = testbed.workdir / "karpenter-instance-types.json"
+        types.write_text(json.dumps([t.options() for t in INSTANCE_TYPES], indent=1))
+        self.run(self.name, [
+            binary("karpenter", "karpenter"), "--disable-leader-election",
+            f"--metrics-port={free_port()}", f"--health-probe-port={self.health_port}",
+            f"--instance-types-file-path={types}",
+            # Karpenter waits for a quiet second (up to 10 s) before it provisions for the
+            # pods that became pending; shorter windows make scenarios shorter, not
+            # different.
+            "--batch-idle-duration=1s", "--batch-max-duration=3s",
+        ], env={"KUBECONFIG": str(testbed.admin_kubeconfig)})
+
+    def ready(self) -> bool:
+        return answers(f"http://127.0.0.1:{self.health_port}/readyz")
 
     def api(self) -> Api:
         return self.testbed.api()
@@ -162,54 +219,9 @@ class Karpenter:
     def stop(self) -> None:
         """Stop the controller (its CRDs and objects stay): it acts on every unschedulable
         pod of the cluster, so scenarios that do not expect it should not run beside it."""
-        self.testbed.processes.pop("karpenter").stop()
-
-
-def wrote_on_pod(event: dict[str, Any]) -> bool:
-    """An Event Karpenter wrote about a pod (``Nominated``: "Pod should schedule on: …",
-    ``FailedScheduling``: why no pool fits). Karpenter records through the core/v1 Event
-    API, as component ``karpenter``."""
-    source = ((event.get("source") or {}).get("component")
-              or event.get("reportingComponent") or "")
-    return source == "karpenter" and event["involvedObject"].get("kind") == "Pod"
-
-
-def _node_class_ready(api: Api) -> bool:
-    node_class = api.get(f"{NODECLASSES}/{NODE_CLASS}")
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in node_class.get("status", {}).get("conditions") or [])
+        super().stop()
 
 
 def start_karpenter(testbed: Testbed) -> Karpenter:
     """Start Karpenter on ``testbed``; returns once it is ready and its node class is."""
-    for folder in ("crds", "nodeclass-crds"):
-        crds = COMPONENTS["karpenter"].path(folder)
-        if not crds.is_dir():
-            raise TestbedError(f"{crds} is missing: build the testbed first (`make testbed`)")
-        # Server-side: the NodePool and NodeClaim CRDs are too large for client-side
-        # apply's last-applied annotation.
-        testbed.kubectl("apply", "--server-side", "-f", str(crds))
-    wait_for("Karpenter's CRDs established", lambda: testbed.kubectl(
-        "wait", "--for=condition=Established", "--timeout=10s", *CRDS,
-        check=False).returncode == 0, 60)
-    testbed.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump({
-        "apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass",
-        "metadata": {"name": NODE_CLASS}, "spec": {}}))
-    api = testbed.api()
-    if not _node_class_ready(api):
-        raise TestbedError(f"KWOKNodeClass {NODE_CLASS} is not Ready: its CRD's status "
-                           "default did not apply, and no NodePool would be used")
-    types = testbed.workdir / "karpenter-instance-types.json"
-    types.write_text(json.dumps([t.options() for t in INSTANCE_TYPES], indent=1))
-    health = free_port()
-    process = testbed.run("karpenter", [
-        binary("karpenter", "karpenter"), "--disable-leader-election",
-        f"--metrics-port={free_port()}", f"--health-probe-port={health}",
-        f"--instance-types-file-path={types}",
-        # Karpenter waits for a quiet second (up to 10 s) before it provisions for the
-        # pods that became pending; shorter windows make scenarios shorter, not different.
-        "--batch-idle-duration=1s", "--batch-max-duration=3s",
-    ], env={"KUBECONFIG": str(testbed.admin_kubeconfig)})
-    wait_for("karpenter /readyz", lambda: urllib.request.urlopen(
-        f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200, 90, process)
-    return Karpenter(testbed, process, health)
+    return testbed.add(Karpenter())

@@ -1,8 +1,8 @@
 """Kueue on the testbed: its controller manager (one binary, ``kueue``), with the RayCluster
 integration on, as ``deploy/kueue`` expects it installed next to ``ray-scheduler``.
 
-Its CRDs are installed with the testbed's own; ``start_kueue`` starts it on a running
-testbed (the first Kueue scenario does); it stops with the testbed. What it sets up, as
+Its CRDs are installed with the testbed's own; ``start_kueue`` starts the add-on ``Kueue``
+on a running testbed (the first Kueue scenario does); it stops with the testbed. What it sets up, as
 Kueue's own manifests (``config/default``) do in a cluster, minus the Service and the pod:
 
 - the ``kueue-system`` namespace and the Secret ``kueue-webhook-server-cert``, seeded with
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +34,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from testbed.addon import AddOn, answers
 from testbed.api import ApiError
 from testbed.build import COMPONENTS
-from testbed.cluster import Testbed, TestbedError, binary
+from testbed.cluster import Testbed
+from testbed.common import TestbedError, binary
 from testbed.pki import certificate_builder, key_pem, new_key
 from testbed.processes import free_port, wait_for
 
-__all__ = ["NAMESPACE", "WebhookCerts", "configuration", "make_certs", "start_kueue"]
+__all__ = ["NAMESPACE", "Kueue", "WebhookCerts", "configuration", "make_certs", "start_kueue"]
 
 NAMESPACE = "kueue-system"
 SECRET = "kueue-webhook-server-cert"
@@ -180,27 +181,53 @@ def _webhook_answers(testbed: Testbed) -> bool:
     return True
 
 
-def start_kueue(testbed: Testbed) -> None:
-    """Start Kueue on ``testbed``; returns once it is ready and its webhooks answer."""
-    if testbed.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
-        testbed.kubectl("create", "namespace", NAMESPACE)
-    certs = make_certs()
-    cert_dir = testbed.workdir / "kueue-certs"
+def _write_certs(cert_dir: Path, certs: WebhookCerts) -> None:
+    """Where a pod would have the Secret mounted."""
     cert_dir.mkdir(parents=True, exist_ok=True)
     (cert_dir / "tls.crt").write_bytes(certs.tls_crt)
     (cert_dir / "tls.key").write_bytes(certs.tls_key)
     (cert_dir / "tls.key").chmod(0o600)
-    health, metrics, webhook = free_port(), free_port(), free_port()
-    base_url, ca_bundle = f"https://127.0.0.1:{webhook}", base64.b64encode(certs.ca_crt).decode()
-    _apply(testbed, [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                      "metadata": {"name": SECRET, "namespace": NAMESPACE},
-                      "data": certs.secret_data()},
-                     *_crds(base_url, ca_bundle),
-                     *_webhook_configurations(base_url, ca_bundle)])
-    config = testbed.workdir / "kueue.yaml"
-    config.write_text(yaml.safe_dump(configuration(cert_dir, health, metrics, webhook)))
-    process = testbed.run("kueue", [binary("kueue", "kueue"), f"--config={config}",
-                                    f"--kubeconfig={testbed.admin_kubeconfig}"])
-    wait_for("kueue /readyz", lambda: urllib.request.urlopen(
-        f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200, 90, process)
-    wait_for("Kueue's webhooks answering", lambda: _webhook_answers(testbed), 60, process)
+
+
+class Kueue(AddOn):
+    """Kueue's manager, its Secret, CRDs and webhook configurations applied first; ready
+    once it is and its webhooks answer."""
+
+    name = "kueue"
+    timeout = 60.0  # for its webhooks, once /readyz answers
+    readiness = "Kueue's webhooks answering"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.health, self.metrics, self.webhook = free_port(), free_port(), free_port()
+
+    def launch(self, testbed: Testbed) -> None:
+        if testbed.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
+            testbed.kubectl("create", "namespace", NAMESPACE)
+        certs = make_certs()
+        cert_dir = testbed.workdir / "kueue-certs"
+        _write_certs(cert_dir, certs)
+        base_url = f"https://127.0.0.1:{self.webhook}"
+        ca_bundle = base64.b64encode(certs.ca_crt).decode()
+        _apply(testbed, [{"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                          "metadata": {"name": SECRET, "namespace": NAMESPACE},
+                          "data": certs.secret_data()},
+                         *_crds(base_url, ca_bundle),
+                         *_webhook_configurations(base_url, ca_bundle)])
+        config = testbed.workdir / "kueue.yaml"
+        config.write_text(yaml.safe_dump(
+            configuration(cert_dir, self.health, self.metrics, self.webhook)))
+        process = self.run(self.name, [binary("kueue", "kueue"), f"--config={config}",
+                                       f"--kubeconfig={testbed.admin_kubeconfig}"])
+        wait_for("kueue /readyz", self._up, 90, process)
+
+    def _up(self) -> bool:
+        return answers(f"http://127.0.0.1:{self.health}/readyz")
+
+    def ready(self) -> bool:
+        return self._up() and _webhook_answers(self.testbed)
+
+
+def start_kueue(testbed: Testbed) -> None:
+    """Start Kueue on ``testbed``; returns once it is ready and its webhooks answer."""
+    testbed.add(Kueue())

@@ -1,4 +1,6 @@
-"""filter and prioritize over real HTTP on loopback: every rule, both nodeCacheCapable modes."""
+"""filter and prioritize over real HTTP on loopback: the protocol's cases (names or Node
+objects, the reply's fields, unknown nodes, bad pods), both nodeCacheCapable modes; the
+rules themselves are tests/plugin/test_placement.py's."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from testkit.builders import (
     T0_EPOCH,
     Obj,
     PodBuilder,
-    iso,
     make_node,
     make_pod,
     make_raycluster,
@@ -63,54 +64,24 @@ def preempted_over(at: str, node: str = "gpu-1", reason: str = "PreemptionBySche
     return over("victim").on(node).preempted(at, reason).obj()
 
 
+# The protocol's own cases, one per kind of answer (unmanaged: every node back, no score;
+# refused: the GPU nodes in FailedAndUnresolvableNodes, a node never seen passing; managed
+# and passing: integer scores). Which rule gives which answer is tests/plugin/test_placement.py's.
 CASES = [
     Case("non-ray pod passes everything", make_pod("web", "default").requests(cpu="1").obj(),
          managed=False),
-    Case("gpu ray worker is not managed",
-         make_pod("g").ray("rc", "gpu").requests(nvidia_com_gpu="1").obj(), managed=False),
-    Case("head refuses gpu nodes", make_pod("h").head("rc").requests(cpu="1").obj(), [CLUSTER],
-         rejects_gpu=True, reason="raygate: head-avoids-gpu"),
     Case("pending floor worker refuses gpu nodes", base("b1").obj(), [CLUSTER],
          rejects_gpu=True, reason="raygate: floor-avoids-gpu"),
-    Case("floor worker while one floor pod runs", base("b2").obj(),
-         [CLUSTER, base("b1").on("cpu-1").obj()], rejects_gpu=True,
-         reason="raygate: floor-avoids-gpu"),
-    Case("worker beyond a full floor is surplus", base("b3").obj(),
-         [CLUSTER, base("b1").on("cpu-1").obj(), base("b2").on("cpu-2").obj()]),
-    Case("a terminating floor pod does not count", base("b3").obj(),
-         [CLUSTER, base("b1").on("cpu-1").obj(), base("b2").on("cpu-2").terminating().obj()],
-         rejects_gpu=True),
     Case("overflow worker is surplus", over("o1").obj(), [CLUSTER]),
-    Case("unknown raycluster is floor", over("o1").obj(), [], rejects_gpu=True,
-         reason="unknown to raygate"),
+    # The front decides with the policy published with the cluster view.
     Case("policy never", over("o1").obj(), [CLUSTER], rejects_gpu=True,
          config=PolicyConfig(gpu_nodes_for_surplus=GpuNodesForSurplus.NEVER),
          reason="raygate: policy-never"),
-    Case("policy always lets floor use gpu nodes", base("b1").obj(), [CLUSTER],
-         config=PolicyConfig(gpu_nodes_for_surplus=GpuNodesForSurplus.ALWAYS)),
-    # The thrash guard: the group lost a pod to preemption on a GPU node at T0.
-    Case("thrash guard at once", over("o1").obj(), [CLUSTER, preempted_over(T0)],
-         rejects_gpu=True, reason="raygate: thrash-guard"),
+    # The front decides at its clock's time (the guard's window ends at T0 + 300 s).
     Case("thrash guard 1s before the end", over("o1").obj(), [CLUSTER, preempted_over(T0)],
-         rejects_gpu=True, now=T0_EPOCH + 299),
+         rejects_gpu=True, now=T0_EPOCH + 299, reason="raygate: thrash-guard"),
     Case("thrash guard over at the window's end", over("o1").obj(),
          [CLUSTER, preempted_over(T0)], now=T0_EPOCH + 300),
-    Case("thrash guard from a clock-skewed future stamp", over("o1").obj(),
-         [CLUSTER, preempted_over(iso(T0_EPOCH + 30))], rejects_gpu=True),
-    Case("thrash guard uses the latest preemption", over("o1").obj(),
-         [CLUSTER, preempted_over(T0), over("v2").on("gpu-2").preempted(iso(T0_EPOCH + 200))
-          .obj()], rejects_gpu=True, now=T0_EPOCH + 400),
-    Case("no thrash guard for a preemption on a cpu node", over("o1").obj(),
-         [CLUSTER, preempted_over(T0, node="cpu-1")]),
-    Case("no thrash guard for other disruptions", over("o1").obj(),
-         [CLUSTER, preempted_over(T0, reason="EvictionByEvictionAPI")]),
-    Case("no thrash guard from another group", over("o1").obj(),
-         [CLUSTER, base("victim").on("gpu-1").preempted(T0).obj()]),
-    Case("thrash guard window is configurable", over("o1").obj(),
-         [CLUSTER, preempted_over(T0)], now=T0_EPOCH + 100,
-         config=PolicyConfig(thrash_guard_seconds=60)),
-    Case("thrash guard off at 0", over("o1").obj(), [CLUSTER, preempted_over(T0)],
-         config=PolicyConfig(thrash_guard_seconds=0)),
 ]
 
 
