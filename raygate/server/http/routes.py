@@ -30,8 +30,8 @@ JSON = b"application/json"
 Reply = tuple[int, bytes, bytes]
 """(HTTP status, body, content type)."""
 ErrorEncoder = Callable[[str], bytes]
-"""The body of a 200 reply carrying an error message, in the shape of the protocol a
-route speaks (a scheduler's): its front defines it beside its wire types."""
+"""Makes the body of a 200 reply carrying an error message, in the shape of the protocol
+a route speaks (a scheduler's): each front defines its own beside its wire types."""
 
 
 def reply_for(error: RaygateError, encode_error: ErrorEncoder | None) -> Reply:
