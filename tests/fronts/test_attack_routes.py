@@ -10,8 +10,9 @@ the route's protocol allows and a body in that protocol's shape (the error encod
 front gives each route, ``raygate.server.http.routes.reply_for``: kube-scheduler's filter
 and every Volcano verb answer 200 with their own error field or vote; prioritize, preempt
 and raygate's own API answer 400 with a JSON error); and after each example the golden
-requests still get their golden replies byte for byte (nothing was corrupted). One demo server per module; Hypothesis example counts are sized so the
-file runs in well under a minute on two busy cores.
+requests still get their golden replies byte for byte (nothing was corrupted). One demo
+server per module; Hypothesis example counts are sized so the file runs in well under a
+minute on two busy cores.
 """
 
 from __future__ import annotations
