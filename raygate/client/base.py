@@ -6,13 +6,14 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
 
 from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
 
-__all__ = ["SERVICE_ACCOUNT_TOKEN", "AdmissionClient", "Closing", "Statuses", "Token", "Watch",
-           "diff", "token_file"]
+__all__ = ["SERVICE_ACCOUNT_TOKEN", "AdmissionClient", "Closing", "Statuses", "TlsSettings",
+           "Token", "Watch", "diff", "token_file"]
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 """Where Kubernetes mounts a pod's service account token."""
@@ -33,6 +34,23 @@ def token_file(path: str) -> Token:
             return None
 
     return read
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """For ``https://`` and ``grpcs://`` URLs only."""
+
+    ca_file: str | None = None
+    """PEM bundle of the CAs that sign raygate's certificate. Default: the system's trust
+    store."""
+    cert_file: str | None = None
+    """PEM client certificate (chain), when the endpoint asks for mutual TLS; needs
+    ``key_file``."""
+    key_file: str | None = None
+    """PEM private key of ``cert_file``."""
+    server_name: str | None = None
+    """The name raygate's certificate is checked against when it is not the URL's host
+    (gRPC only: ``grpc.ssl_target_name_override``)."""
 
 
 class AdmissionClient(Protocol):

@@ -11,12 +11,10 @@ from raygate.client.base import Closing, Token, Watch
 from raygate.contract import admission_status as wire
 from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
 from raygate.contract.errors import (
+    GRPC_ERRORS,
     GRPC_SYNCED_KEY,
-    BadRequest,
-    Forbidden,
     RayClusterNotFound,
     RaygateError,
-    Unauthorized,
     Unavailable,
 )
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
@@ -43,20 +41,18 @@ class GrpcAdmissionClient(Closing):
 
     def _error(self, error: grpc.RpcError, namespace: str = "", name: str = "",
                ) -> RaygateError:
-        code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
-        details = (error.details() if isinstance(error, grpc.Call) else "") or str(code)
-        if code is grpc.StatusCode.NOT_FOUND and isinstance(error, grpc.Call):
-            trailer = dict(error.trailing_metadata() or ())
-            return RayClusterNotFound(namespace, name, trailer.get(GRPC_SYNCED_KEY) == "true")
-        if code is grpc.StatusCode.INVALID_ARGUMENT:
-            return BadRequest(details)
-        if code is grpc.StatusCode.UNAUTHENTICATED:
-            return Unauthorized(details)
-        if code is grpc.StatusCode.PERMISSION_DENIED:
-            return Forbidden(details)
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            return Unavailable(f"raygate at {self.target}: {details}")
-        return RaygateError(f"gRPC {code.name}: {details}")
+        call = error if isinstance(error, grpc.Call) else None
+        code = call.code() if call else grpc.StatusCode.UNKNOWN
+        details = (call.details() if call else "") or str(code)
+        trailer: dict[str, str] = dict(call.trailing_metadata() or ()) if call else {}
+        synced = trailer.get(GRPC_SYNCED_KEY)
+        if code is grpc.StatusCode.NOT_FOUND and synced is not None:
+            return RayClusterNotFound(namespace, name, synced == "true")
+        kind = GRPC_ERRORS.get(code)
+        if kind is None:
+            return RaygateError(f"gRPC {code.name}: {details}")
+        # Mostly the channel's own failure (no connection, the deadline): name the target.
+        return kind(f"raygate at {self.target}: {details}" if kind is Unavailable else details)
 
     def get(self, namespace: str, name: str) -> AdmissionStatus:
         try:

@@ -17,11 +17,11 @@ import msgspec
 from raygate.client.base import Closing, Statuses, Token, Watch, diff
 from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
 from raygate.contract.errors import (
-    BadRequest,
-    Forbidden,
+    HTTP_ERRORS,
+    ErrorBody,
+    ErrorReply,
     RayClusterNotFound,
     RaygateError,
-    Unauthorized,
     Unavailable,
 )
 
@@ -29,17 +29,6 @@ decode_status = msgspec.json.Decoder(AdmissionStatus).decode
 
 
 decode_list = msgspec.json.Decoder(AdmissionStatusList).decode
-
-
-class ErrorBody(msgspec.Struct):
-    code: int = 0
-    reason: str = ""
-    message: str = ""
-    synced: bool | None = None
-
-
-class ErrorReply(msgspec.Struct):
-    error: ErrorBody = msgspec.field(default_factory=ErrorBody)
 
 
 class HttpAdmissionClient(Closing):
@@ -99,17 +88,12 @@ class HttpAdmissionClient(Closing):
             error = msgspec.json.decode(body, type=ErrorReply).error
         except (msgspec.DecodeError, msgspec.ValidationError):
             error = ErrorBody(status, "", body[:200].decode("utf-8", "replace"))
-        if status == 404 and error.synced is not None:
+        if status == RayClusterNotFound.status and error.synced is not None:
             raise RayClusterNotFound(namespace, name, error.synced)
-        if status == 400:
-            raise BadRequest(error.message)
-        if status == 401:
-            raise Unauthorized(error.message)
-        if status == 403:
-            raise Forbidden(error.message)
-        if status == 503:
-            raise Unavailable(error.message)
-        raise RaygateError(f"HTTP {status}: {error.message or error.reason}")
+        kind = HTTP_ERRORS.get(status)
+        if kind is None:
+            raise RaygateError(f"HTTP {status}: {error.message or error.reason}")
+        raise kind(error.message)
 
     @staticmethod
     def _path(namespace: str, name: str) -> str:

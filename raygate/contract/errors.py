@@ -1,6 +1,7 @@
 """raygate's exception tree, and how each error travels: the body of an HTTP error reply
-and the gRPC status of the ``raygate.v1`` services. The server replies with these, the
-clients raise them; neither side writes its own mapping.
+and the gRPC status of the ``raygate.v1`` services, one table per direction. The server
+replies with these (``RaygateError.status``, ``grpc_status_for``), the clients raise them
+(``HTTP_ERRORS``, ``GRPC_ERRORS``); neither side writes its own mapping.
 
     RaygateError
     ├── BadRequest            the body is not what the route expects (HTTP 400)
@@ -17,11 +18,16 @@ clients raise them; neither side writes its own mapping.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import grpc
 import msgspec
 
 __all__ = [
+    "GRPC_ERRORS",
     "GRPC_SYNCED_KEY",
+    "HTTP_ERRORS",
     "BadRequest",
     "ErrorBody",
     "ErrorReply",
@@ -109,14 +115,25 @@ class Unavailable(RaygateError):
 
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):
-    code: int
-    reason: str
-    message: str
+    # The defaults let a client read an error body that is not quite raygate's (a proxy's);
+    # raygate's own always has every field but ``synced``.
+    code: int = 0
+    reason: str = ""
+    message: str = ""
     synced: bool | None = None  # RayClusterNotFound only
 
 
 class ErrorReply(msgspec.Struct):
-    error: ErrorBody
+    error: ErrorBody = msgspec.field(default_factory=ErrorBody)
+
+
+HTTP_ERRORS: Mapping[int, type[RaygateError]] = MappingProxyType({
+    kind.status: kind
+    for kind in (BadRequest, Unauthorized, Forbidden, NotFound, PayloadTooLarge, Unavailable)
+})
+"""The error a client raises for an HTTP status: the reverse of each type's ``status``
+(a 404 with ``synced`` is a ``RayClusterNotFound``). Not ``MethodNotAllowed``: the API's
+routes are all GETs, which a client never sends elsewhere."""
 
 
 # gRPC status codes of our own API (raygate.v1), by error type; the most specific wins.
@@ -129,6 +146,14 @@ _GRPC_CODES: tuple[tuple[type[RaygateError], grpc.StatusCode], ...] = (
     (Forbidden, grpc.StatusCode.PERMISSION_DENIED),
 )
 
+
+GRPC_ERRORS: Mapping[grpc.StatusCode, type[RaygateError]] = MappingProxyType({
+    **{code: kind for kind, code in _GRPC_CODES},
+    # The client's deadline: raygate did not answer in time, as good as unreachable.
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+})
+"""The error a client raises for a gRPC status code: the reverse of ``_GRPC_CODES`` (a
+NOT_FOUND with the ``GRPC_SYNCED_KEY`` trailer is a ``RayClusterNotFound``)."""
 
 GRPC_SYNCED_KEY = "raygate-synced"
 """Trailing metadata of a NOT_FOUND for an unknown RayCluster: "true" or "false"."""

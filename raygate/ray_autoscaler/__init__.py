@@ -18,13 +18,14 @@ autoscaler loop, what the scheduler is doing with the cluster's pods, and
 Modules:
 
 ``settings``  the environment the entrypoint reads (no Ray needed)
-``advice``    raygate's advice for one RayCluster, fetched with a bounded wait (no Ray)
+``advice``    raygate's advice for one RayCluster, fetched with a bounded wait through
+              ``raygate.client`` (no Ray)
 ``provider``  the ``KubeRayProvider`` subclass and the two reconciler hooks (needs Ray)
 ``cli``       the ``raygate-autoscaler`` entrypoint
 
-Only ``provider`` and ``cli`` import Ray, and ``provider`` refuses a Ray version other
-than ``TESTED_RAY_VERSIONS``: it relies on private Ray interfaces (README, "Stop the
-autoscaler fighting the scheduler").
+None of them imports ``raygate.server`` or its dependencies. Only ``provider`` and ``cli``
+import Ray, and ``provider`` refuses a Ray version other than ``TESTED_RAY_VERSIONS``: it
+relies on private Ray interfaces (README, "Stop the autoscaler fighting the scheduler").
 """
 
 from __future__ import annotations

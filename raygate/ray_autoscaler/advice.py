@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
-from urllib.parse import urlsplit
 
-import grpc
-
-from raygate.client import GrpcAdmissionClient, HttpAdmissionClient, token_file
+from raygate.client import connect, token_file
 from raygate.contract.admission_status import AdmissionStatus
 from raygate.contract.errors import RaygateError
 from raygate.contract.logs import about
-from raygate.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
+from raygate.ray_autoscaler.settings import AutoscalerSettings
 
-__all__ = ["Advice", "Advisor", "PodAdvice", "connect"]
+__all__ = ["Advice", "Advisor", "PodAdvice", "client_for"]
 
 log = logging.getLogger("raygate.autoscaler")
 
@@ -82,36 +77,10 @@ class AdmissionClient(Protocol):
     def close(self) -> None: ...
 
 
-def _ssl_context(tls: TlsSettings) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.cert_file is not None:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
-    return context
-
-
-def connect(settings: AutoscalerSettings) -> AdmissionClient:
-    """A client of raygate's API as ``settings`` describe it."""
-    parts = urlsplit(settings.url)
-    timeout, tls = settings.timeout_seconds, settings.tls
+def client_for(settings: AutoscalerSettings) -> AdmissionClient:
+    """``raygate.client.connect`` to raygate's API as ``settings`` describe it."""
     token = token_file(settings.token_file) if settings.token_file else None
-    if parts.scheme in ("http", "https"):
-        # https:// with no TLS settings: the system's CAs.
-        context = None if tls == TlsSettings() else _ssl_context(tls)
-        return HttpAdmissionClient(settings.url, timeout=timeout, ssl_context=context,
-                                   token=token)
-    if parts.scheme == "grpc":
-        return GrpcAdmissionClient(parts.netloc, timeout=timeout, token=token)
-
-    def read(path: str | None) -> bytes | None:
-        return None if path is None else Path(path).read_bytes()
-
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=read(tls.ca_file), private_key=read(tls.key_file),
-        certificate_chain=read(tls.cert_file))
-    options = ([("grpc.ssl_target_name_override", tls.server_name)]
-               if tls.server_name else [])
-    channel = grpc.secure_channel(parts.netloc, credentials, options=options)
-    return GrpcAdmissionClient(parts.netloc, timeout=timeout, channel=channel, token=token)
+    return connect(settings.url, settings.timeout_seconds, token, settings.tls)
 
 
 class Advisor:
@@ -121,7 +90,8 @@ class Advisor:
 
     def __init__(self, settings: AutoscalerSettings, namespace: str, name: str, *,
                  clock: Callable[[], float] = time.monotonic,
-                 connect: Callable[[AutoscalerSettings], AdmissionClient] = connect) -> None:
+                 connect: Callable[[AutoscalerSettings], AdmissionClient] = client_for,
+                 ) -> None:
         self.settings = settings
         self.namespace = namespace
         self.name = name

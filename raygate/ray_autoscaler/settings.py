@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
-from raygate.client import SERVICE_ACCOUNT_TOKEN
+from raygate.client import SERVICE_ACCOUNT_TOKEN, TlsSettings
 from raygate.plugin.config import ConfigError
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "ENV_URL",
     "SCHEMES",
     "AutoscalerSettings",
-    "TlsSettings",
 ]
 
 ENV_URL = "RAYGATE_URL"
@@ -43,23 +42,6 @@ DEFAULT_POLL_INTERVAL_SECONDS = 0.0
 
 SCHEMES = {"http": False, "https": True, "grpc": False, "grpcs": True}
 """The URL schemes raygate's API is reached by, and whether each is TLS."""
-
-
-@dataclass(frozen=True, slots=True)
-class TlsSettings:
-    """For ``https://`` and ``grpcs://`` URLs only."""
-
-    ca_file: str | None = None
-    """PEM bundle of the CAs that sign raygate's certificate. Default: the system's trust
-    store."""
-    cert_file: str | None = None
-    """PEM client certificate (chain), when the endpoint asks for mutual TLS; needs
-    ``key_file``."""
-    key_file: str | None = None
-    """PEM private key of ``cert_file``."""
-    server_name: str | None = None
-    """The name raygate's certificate is checked against when it is not the URL's host
-    (gRPC only: ``grpc.ssl_target_name_override``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from raygate.client import TlsSettings
 from raygate.plugin.config import ConfigError
-from raygate.ray_autoscaler.advice import AdmissionClient, Advice, Advisor, connect
-from raygate.ray_autoscaler.settings import AutoscalerSettings, TlsSettings
+from raygate.ray_autoscaler.advice import AdmissionClient, Advice, Advisor, client_for
+from raygate.ray_autoscaler.settings import AutoscalerSettings
 from testkit.builders import T0_EPOCH
 from tests import admission_scenarios as sc
 from tests.conftest import FakeClock, ServerThread
@@ -163,13 +164,13 @@ def test_a_node_coming_keeps_the_pod_and_none_coming_is_warned_once_per_change(
 
 
 class Counting:
-    """``connect`` that counts the requests its clients make."""
+    """``client_for`` that counts the requests its clients make."""
 
     def __init__(self) -> None:
         self.gets = 0
 
     def __call__(self, settings: AutoscalerSettings) -> AdmissionClient:
-        client = connect(settings)
+        client = client_for(settings)
         outer = self
 
         class Client:

@@ -6,12 +6,13 @@ strings, nulls, truncated or spliced bytes — plus random methods, path paramet
 strings and headers.
 
 Invariants, per request: the server answers (no connection reset, no 5xx), with a status
-the route's protocol allows and a body in that protocol's shape (``raygate.server.errors``:
-kube-scheduler's filter and every Volcano verb answer 200 with their own error field or
-vote; prioritize, preempt and raygate's own API answer 400 with a JSON error); and after
-each example the golden requests still get their golden replies byte for byte (nothing
-was corrupted). One demo server per module; Hypothesis example counts are sized so the
-file runs in well under a minute on two busy cores.
+the route's protocol allows and a body in that protocol's shape (the error encoder its
+front gives each route, ``raygate.server.http.routes.reply_for``: kube-scheduler's filter
+and every Volcano verb answer 200 with their own error field or vote; prioritize, preempt
+and raygate's own API answer 400 with a JSON error); and after each example the golden
+requests still get their golden replies byte for byte (nothing was corrupted). One demo
+server per module; Hypothesis example counts are sized so the file runs in well under a
+minute on two busy cores.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ def bodies(seeds: list[Any]) -> st.SearchStrategy[bytes]:
 
 
 def _error_body(status: int, body: Any) -> None:
-    """raygate's own error shape (``raygate.server.errors.reply_for``, Peer.RAYGATE)."""
+    """raygate's own error shape (``raygate.server.http.routes.reply_for``, no encoder)."""
     error = body["error"]
     assert error["code"] == status and isinstance(error["reason"], str)
     assert isinstance(error["message"], str) and error["message"]

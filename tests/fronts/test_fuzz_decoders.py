@@ -3,7 +3,7 @@ value, and valid documents mutated (``tests.fronts.test_attack_routes``' strateg
 decoder may refuse its input only with its documented error, never with anything else:
 
 * the request handlers (kube-scheduler, Volcano, explain, the webhook): ``BadRequest``,
-  which ``raygate.server.errors.reply_for`` turns into the peer's own error reply;
+  which ``raygate.server.http.routes.reply_for`` turns into the peer's own error reply;
 * the wire decoders under them: ``msgspec.DecodeError`` (``ValidationError`` is one);
 * the list/watch decoders (``raygate.server.kube.client``): ``TransportError`` for a reply that
   is not a list or an event; an object that does not decode is set aside, not raised;

@@ -57,8 +57,7 @@ from raygate.contract.errors import Forbidden, RaygateError, Unauthorized, Unava
 from raygate.server.authz.answers import Answers, K
 from raygate.server.authz.interceptor import Interceptor
 from raygate.server.authz.tokens import bearer_token
-from raygate.server.errors import reply_for
-from raygate.server.http.routes import AsyncRoute, Request, Response, Route
+from raygate.server.http.routes import AsyncRoute, Request, Response, Route, reply_for
 from raygate.server.kube.client import Connection
 from raygate.server.kube.reviews import (
     Access,
@@ -242,7 +241,7 @@ class Authorizer:
             async_route = route if isinstance(route, AsyncRoute) else as_async(route)
             guarded[path] = AsyncRoute(async_route.method,
                                        self._guard(async_route, route_access(path), path),
-                                       async_route.peer)
+                                       async_route.encode_error)
         return guarded
 
     def _guard(self, route: AsyncRoute, access_of: Callable[[Request], Access],
@@ -254,7 +253,7 @@ class Authorizer:
                                      access)
             except (Unauthorized, Forbidden, Unavailable) as exc:
                 log.debug("%s %s: %s", request.method, path, exc)
-                status, body, content_type = reply_for(exc, route.peer)
+                status, body, content_type = reply_for(exc, route.encode_error)
                 return Response(status, body, content_type, exc.headers)
             return await route.handler(request)
 
@@ -289,6 +288,6 @@ def as_async(route: Route) -> AsyncRoute:
         status, body, content_type = result
         return Response(status, body, content_type)
 
-    return AsyncRoute(route.method, handler, route.peer)
+    return AsyncRoute(route.method, handler, route.encode_error)
 
 

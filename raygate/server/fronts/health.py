@@ -8,8 +8,7 @@ import msgspec
 
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.sync import KindReport
-from raygate.server.errors import JSON, Reply
-from raygate.server.http.routes import Route
+from raygate.server.http.routes import JSON, Reply, Route
 
 __all__ = ["health_routes"]
 

@@ -2,7 +2,8 @@
 
 Each verb decodes the request into slim structs, asks ``raygate.plugin`` for the decision and
 encodes the reply. The snapshot is read once per request. Errors are raised as
-``raygate.contract.errors`` types; the HTTP layer maps them to replies in one place.
+``raygate.contract.errors`` types; the HTTP layer replies to them, the filter's in the
+filter's own shape (``_filter_error``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.requeue import StaleRefusals
-from raygate.server.errors import Peer
 from raygate.server.fronts.decisions import DecisionMemo, count_decision, decide_counted
 from raygate.server.http.routes import Route
 from raygate.server.metrics.registry import Metrics, VerbMetrics
@@ -273,10 +273,19 @@ class SchedulerExtender:
         return candidates
 
 
+def _filter_error(message: str) -> bytes:
+    """An error in the filter's own reply: ``ExtenderFilterResult.Error`` in a 200 (with
+    ``ignorable: true`` kube-scheduler then skips raygate for that pod: fail open).
+    Prioritize and preempt have no such field: their errors are raygate's own non-200,
+    which kube-scheduler treats as "no opinion" (prioritize) or, for an ignorable
+    extender, skips (preempt)."""
+    return _encode(wire.FilterResult(error=message))
+
+
 def scheduler_routes(scheduler: SchedulerExtender) -> dict[str, Route]:
     """kube-scheduler's extender verbs under ``/scheduler/``."""
     return {
-        "/scheduler/filter": Route(b"POST", scheduler.filter, Peer.SCHEDULER_FILTER),
+        "/scheduler/filter": Route(b"POST", scheduler.filter, _filter_error),
         "/scheduler/prioritize": Route(b"POST", scheduler.prioritize),
         "/scheduler/preempt": Route(b"POST", scheduler.preempt),
     }

@@ -25,7 +25,6 @@ from raygate.plugin.victims import volcano_victims
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
-from raygate.server.errors import Peer
 from raygate.server.fronts.decisions import decide_counted
 from raygate.server.http.routes import Gate, Route
 from raygate.server.metrics.registry import Metrics, VerbMetrics
@@ -42,6 +41,7 @@ UNSCHEDULABLE_AND_UNRESOLVABLE = 3  # api.UnschedulableAndUnresolvable
 PASS = _encode(wire.PredicateResponse())
 EMPTY_SCORES = _encode(wire.PrioritizeResponse())
 ABSTAIN = _encode(wire.VoteResponse(status=0))
+VETO = _encode(wire.VictimsResponse(status=-1, victims=[]))
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, verb: str) -> Any:
@@ -177,6 +177,31 @@ class VolcanoExtender:
         return ABSTAIN
 
 
+# Each verb's errors in its own reply (a 200: Volcano reads no body of another status).
+
+
+def _predicate_error(message: str) -> bytes:
+    """Error (1): the node fails with the message as its reason, visible in the pod's
+    events; Volcano's preempt also leaves such nodes alone."""
+    return _encode(wire.PredicateResponse(status=message, code=1))
+
+
+def _prioritize_error(message: str) -> bytes:
+    """Volcano chooses no node from this candidate group, and logs the message."""
+    return _encode(wire.PrioritizeResponse(error_message=message))
+
+
+def _victims_error(message: str) -> bytes:
+    """A reject vote with no victims: raygate cannot tell whether floor pods are among the
+    evictees, so it vetoes (the safe side)."""
+    return VETO
+
+
+def _vote_error(message: str) -> bytes:
+    """jobEnqueueable: abstain, as raygate always does."""
+    return ABSTAIN
+
+
 def volcano_routes(
     volcano: VolcanoExtender, predicate_gate: Gate | None = None,
 ) -> dict[str, Route]:
@@ -186,11 +211,10 @@ def volcano_routes(
     return {
         "/volcano/onSessionOpen": Route(b"POST", volcano.session, discard_body=True),
         "/volcano/onSessionClose": Route(b"POST", volcano.session, discard_body=True),
-        "/volcano/predicate": Route(b"POST", volcano.predicate, Peer.VOLCANO_PREDICATE,
+        "/volcano/predicate": Route(b"POST", volcano.predicate, _predicate_error,
                                     gate=predicate_gate),
-        "/volcano/prioritize": Route(b"POST", volcano.prioritize, Peer.VOLCANO_PRIORITIZE),
-        "/volcano/preemptable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
-        "/volcano/reclaimable": Route(b"POST", volcano.victims, Peer.VOLCANO_VICTIMS),
-        "/volcano/jobEnqueueable": Route(b"POST", volcano.job_enqueueable,
-                                         Peer.VOLCANO_VOTE),
+        "/volcano/prioritize": Route(b"POST", volcano.prioritize, _prioritize_error),
+        "/volcano/preemptable": Route(b"POST", volcano.victims, _victims_error),
+        "/volcano/reclaimable": Route(b"POST", volcano.victims, _victims_error),
+        "/volcano/jobEnqueueable": Route(b"POST", volcano.job_enqueueable, _vote_error),
     }

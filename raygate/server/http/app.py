@@ -4,12 +4,12 @@ Measured on this machine class (docs/benchmarks.md), a raw ASGI callable on
 uvicorn with uvloop and httptools, with msgspec doing the JSON, is the fastest Python
 stack for the extender's small-request, latency-bound pattern; frameworks cost 2-5x.
 Routes map a path to a function ``bytes -> bytes`` (``Route``); ``SyncRoutes`` runs them
-and maps their errors to replies through ``raygate.server.errors.reply_for``, for both the
-ASGI app and ``raygate.server.http.fast_path``, which answers most of their requests inside the
-protocol without ASGI. Routes that need the query, the headers, path parameters
-(``/v1/namespaces/{namespace}/...``) or to wait (long-poll) are ``AsyncRoute``s: looked
-up only after the exact-path table misses, so the scheduler's hot routes pay nothing for
-them.
+and maps their errors to replies through ``routes.reply_for``, in the shape each route's
+front gave it, for both the ASGI app and ``raygate.server.http.fast_path``, which answers
+most of their requests inside the protocol without ASGI. Routes that need the query, the
+headers, path parameters (``/v1/namespaces/{namespace}/...``) or to wait (long-poll) are
+``AsyncRoute``s: looked up only after the exact-path table misses, so the scheduler's hot
+routes pay nothing for them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from raygate.contract.errors import (
     RaygateError,
     Unavailable,
 )
-from raygate.server.errors import Peer, Reply, reply_for
 from raygate.server.http.routes import (
     API_MAX_BODY,
     DEFAULT_MAX_BODY,
@@ -36,6 +35,7 @@ from raygate.server.http.routes import (
     AsyncRoute,
     Gate,
     Receive,
+    Reply,
     Request,
     Response,
     Route,
@@ -43,6 +43,7 @@ from raygate.server.http.routes import (
     RouteTimer,
     Scope,
     Send,
+    reply_for,
 )
 
 __all__ = [
@@ -123,7 +124,7 @@ class SyncRoutes:
         """The reply to ``exc``: a ``RaygateError`` in the route's protocol, anything else
         a bug — logged with its traceback, and the peer still gets an answer."""
         if isinstance(exc, RaygateError):
-            reply = reply_for(exc, route.peer if route else Peer.RAYGATE)
+            reply = reply_for(exc, route.encode_error if route else None)
             log.warning("%s %s: %s %s", method, path, reply[0], exc)
             if timer is not None:
                 timer.error(exc.reason)
@@ -239,7 +240,7 @@ async def _serve_async(
     except ClientGone:
         return
     except RaygateError as exc:
-        status, body, content_type = reply_for(exc, route.peer)
+        status, body, content_type = reply_for(exc, route.encode_error)
         # An API client asking for what does not exist (yet) is routine, not a warning.
         log.log(logging.DEBUG if isinstance(exc, NotFound) else logging.WARNING,
                 "%s %s: %s %s", scope["method"], scope["path"], status, exc)
@@ -273,7 +274,7 @@ async def _shed(gate: Gate, scope: Scope, send: Send,
                     scope["path"], gate.limit, gate.shed)
     error = Unavailable(f"{gate.limit} requests to {scope['path']} are in flight, the "
                         f"limit; retry after {RETRY_AFTER_SECONDS}s")
-    status, body, content_type = reply_for(error, Peer.RAYGATE)
+    status, body, content_type = reply_for(error, None)
     # The unread body is parsed and dropped by the server as it arrives; the connection
     # stays usable for the next request.
     headers = [*_head(content_type, body), (b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
@@ -282,7 +283,7 @@ async def _shed(gate: Gate, scope: Scope, send: Send,
 
 def _internal(route: Route | AsyncRoute | None) -> Reply:
     error = RaygateError("internal error; see raygate's log")
-    return reply_for(error, route.peer if route else Peer.RAYGATE)
+    return reply_for(error, route.encode_error if route else None)
 
 
 class ClientGone(Exception):

@@ -1,5 +1,6 @@
-"""The HTTP vocabulary: routes and what their handlers get and give, the concurrency
-gate, body limits, and the observer each request is reported to. Nothing here serves."""
+"""The HTTP vocabulary: routes and what their handlers get and give, how an error becomes
+a reply, the concurrency gate, body limits, and the observer each request is reported to.
+Nothing here serves."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from raygate.server.errors import JSON, Peer, Reply
+import msgspec
+
+from raygate.contract.errors import (
+    ErrorBody,
+    ErrorReply,
+    MethodNotAllowed,
+    NotFound,
+    RayClusterNotFound,
+    RaygateError,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -15,6 +25,28 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 OTHER_ROUTE = "other"
 """The ``route`` every request to a path no route serves is counted under."""
+
+JSON = b"application/json"
+Reply = tuple[int, bytes, bytes]
+"""(HTTP status, body, content type)."""
+ErrorEncoder = Callable[[str], bytes]
+"""Makes the body of a 200 reply carrying an error message, in the shape of the protocol
+a route speaks (a scheduler's): each front defines its own beside its wire types."""
+
+
+def reply_for(error: RaygateError, encode_error: ErrorEncoder | None) -> Reply:
+    """The reply to ``error`` on a route whose errors ``encode_error`` shapes (None:
+    raygate's own API, a status code and a JSON error)."""
+    message = str(error) or error.reason
+    # The schedulers always POST to the right path; a wrong method or path is a human at
+    # the door and gets plain HTTP. Everything else answers in the peer's own shape, with
+    # 200, since neither scheduler reads a body that comes with another status.
+    if encode_error is not None and not isinstance(error, NotFound | MethodNotAllowed):
+        return 200, encode_error(f"raygate: {message}"), JSON
+    synced = error.synced if isinstance(error, RayClusterNotFound) else None
+    body = msgspec.json.encode(
+        ErrorReply(ErrorBody(error.status, error.reason, message, synced)))
+    return error.status, body, JSON
 
 
 class RouteTimer(Protocol):
@@ -65,7 +97,8 @@ class Route:
     method: bytes
     handler: Callable[[bytes], bytes | Reply]
     """Returns the body of a 200 reply, or a whole ``Reply`` when the status varies."""
-    peer: Peer = Peer.RAYGATE
+    encode_error: ErrorEncoder | None = None
+    """The shape of this route's error replies; None: raygate's own (``reply_for``)."""
     content_type: bytes = JSON
     discard_body: bool = False
     """Read the body past any size limit and drop it unparsed (Volcano's session hooks
@@ -112,4 +145,5 @@ class AsyncRoute:
 
     method: bytes
     handler: Callable[[Request], Awaitable[Response]]
-    peer: Peer = Peer.RAYGATE
+    encode_error: ErrorEncoder | None = None
+    """As ``Route.encode_error``."""

@@ -8,8 +8,7 @@ import re
 from importlib import resources
 
 from raygate.contract.errors import BadRequest
-from raygate.server.errors import JSON
-from raygate.server.http.routes import Request, Response
+from raygate.server.http.routes import JSON, Request, Response
 
 MAX_WAIT_SECONDS = 300.0
 """The longest long-poll (``timeoutSeconds``); a client polls again after it."""
