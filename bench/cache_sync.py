@@ -53,6 +53,7 @@ from bench.payloads import FLOOR_GROUP, OVERFLOW_GROUP, node, node_names, ray_wo
 __all__ = ["Result", "main"]
 
 HOST = "127.0.0.1"
+FIXTURES = Path(__file__).parent / "fixtures"
 TOKEN = "raygate-bench-token"
 PODS_PER_RAYCLUSTER = 100
 RAY_FRACTION = 0.2
@@ -69,88 +70,9 @@ Obj = dict[str, Any]
 
 
 def _web_pod_template() -> bytes:
-    """A web Deployment's pod with an Envoy sidecar, as the API server prints it; the
-    ``__X__`` strings are filled per pod."""
-    env = [{"name": k, "value": v} for k, v in (
-        ("LOG_LEVEL", "info"), ("PORT", "8080"), ("OTEL_EXPORTER_OTLP_ENDPOINT",
-                                                  "http://otel-collector.observability:4317"),
-        ("DB_HOST", "postgres.__NS__.svc.cluster.local"), ("FEATURE_FLAGS", "search,checkout"))]
-    probe = {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
-             "failureThreshold": 3, "periodSeconds": 10, "successThreshold": 1,
-             "timeoutSeconds": 1}
-    container_status = {
-        "containerID": "containerd://__UID__", "image": "registry.example.com/web:1.42.0",
-        "imageID": "registry.example.com/web@sha256:"
-                   "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978",
-        "lastState": {}, "name": "web", "ready": True, "restartCount": 0, "started": True,
-        "state": {"running": {"startedAt": "__T1__"}},
-    }
-    pod: Obj = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-29T07:59:00Z",
-                            "prometheus.io/scrape": "true", "prometheus.io/port": "9090"},
-            "creationTimestamp": "__T0__",
-            "generateName": "web-7d4b9c6f5-",
-            "labels": {"app.kubernetes.io/name": "web", "app.kubernetes.io/part-of": "shop",
-                       "pod-template-hash": "7d4b9c6f5", "tier": "frontend"},
-            "name": "__NAME__", "namespace": "__NS__",
-            "ownerReferences": [{"apiVersion": "apps/v1", "blockOwnerDeletion": True,
-                                 "controller": True, "kind": "ReplicaSet",
-                                 "name": "web-7d4b9c6f5", "uid": "__UID__-rs"}],
-            "resourceVersion": "__RV__", "uid": "__UID__",
-        },
-        "spec": {
-            "containers": [
-                {"name": "web", "image": "registry.example.com/web:1.42.0",
-                 "imagePullPolicy": "IfNotPresent", "env": env,
-                 "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
-                 "livenessProbe": probe, "readinessProbe": probe,
-                 "resources": {"limits": {"memory": "1Gi"},
-                               "requests": {"cpu": "500m", "memory": "1Gi"}},
-                 "terminationMessagePath": "/dev/termination-log",
-                 "terminationMessagePolicy": "File",
-                 "volumeMounts": [{"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                                   "name": "kube-api-access", "readOnly": True}]},
-                {"name": "envoy", "image": "envoyproxy/envoy:v1.31.2",
-                 "args": ["--config-path", "/etc/envoy/envoy.yaml", "--log-level", "warn"],
-                 "resources": {"limits": {"memory": "256Mi"},
-                               "requests": {"cpu": "100m", "memory": "128Mi"}},
-                 "volumeMounts": [{"mountPath": "/etc/envoy", "name": "envoy-config"}]},
-            ],
-            "dnsPolicy": "ClusterFirst", "enableServiceLinks": True, "nodeName": "__NODE__",
-            "preemptionPolicy": "PreemptLowerPriority", "priority": 0,
-            "restartPolicy": "Always", "schedulerName": "default-scheduler",
-            "serviceAccountName": "web", "terminationGracePeriodSeconds": 30,
-            "tolerations": [{"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",
-                             "operator": "Exists", "tolerationSeconds": 300},
-                            {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable",
-                             "operator": "Exists", "tolerationSeconds": 300}],
-            "volumes": [{"name": "envoy-config",
-                         "configMap": {"name": "envoy", "defaultMode": 420}},
-                        {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {"configMap": {"name": "kube-root-ca.crt",
-                                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
-        },
-        "status": {
-            "conditions": [
-                {"lastProbeTime": None, "lastTransitionTime": "__T1__",
-                 "status": "True", "type": kind}
-                for kind in ("PodReadyToStartContainers", "Initialized")
-            ] + [
-                {"lastProbeTime": None, "lastTransitionTime": "__T2__",
-                 "status": "__READY__", "type": kind} for kind in ("Ready", "ContainersReady")
-            ] + [{"lastProbeTime": None, "lastTransitionTime": "__T0__",
-                  "status": "True", "type": "PodScheduled"}],
-            "containerStatuses": [container_status, {**container_status, "name": "envoy",
-                                                     "image": "envoyproxy/envoy:v1.31.2"}],
-            "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "phase": "Running",
-            "podIP": "__IP__", "podIPs": [{"ip": "__IP__"}], "qosClass": "Burstable",
-            "startTime": "__T0__",
-        },
-    }
-    return msgspec.json.encode(pod)
+    """A web Deployment's pod with an Envoy sidecar, as the API server prints it
+    (``fixtures/web_pod.json``); the ``__X__`` strings are filled per pod."""
+    return msgspec.json.encode(json.loads((FIXTURES / "web_pod.json").read_text("utf-8")))
 
 
 def _ray_pod_template(group: str) -> bytes:
