@@ -71,6 +71,7 @@ from bench.payloads import (
     snapshot_gpu_node_names,
     snapshot_node_names,
 )
+from bench.stats import summarize
 
 __all__ = ["main"]
 
@@ -275,13 +276,8 @@ class Latency:
 
 
 def _summary(samples_ns: list[int], seconds: float) -> Latency:
-    ordered = sorted(samples_ns)
-
-    def q(p: float) -> float:
-        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] / 1e6 if ordered else 0.0
-
-    return Latency(len(ordered), len(ordered) / seconds if seconds else 0.0, q(0.5), q(0.99),
-                   ordered[-1] / 1e6 if ordered else 0.0)
+    ms = summarize(samples_ns, 1e-6)
+    return Latency(ms.count, ms.count / seconds if seconds else 0.0, ms.p50, ms.p99, ms.max)
 
 
 def _load(port: int, filter_body: bytes, prioritize_body: bytes, duration: float,
@@ -423,11 +419,9 @@ def run_scenario(name: str, snapshot_file: Path, work: Path, *, n_watchers: int,
             delays = sorted(_delays(publish_log, got["grpc"] + got["http"]))
             outcome.watch_delivered = len(delays)
             outcome.watch_expected = outcome.publishes * (n_grpc + n_http)
-            if delays:
-                outcome.watch_p50_ms = delays[len(delays) // 2] * 1e3
-                outcome.watch_p99_ms = delays[min(len(delays) - 1,
-                                                  int(0.99 * len(delays)))] * 1e3
-                outcome.watch_max_ms = delays[-1] * 1e3
+            ms = summarize(delays, 1e3)
+            outcome.watch_p50_ms, outcome.watch_p99_ms = ms.p50, ms.p99
+            outcome.watch_max_ms = ms.max
         return outcome
     finally:
         if watchers is not None:

@@ -6,7 +6,6 @@ raygate / Go (below 1 is better for latency, above 1 for req/s).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from bench.measure import Measurement
 from bench.scenarios import TARGETS, HttpScenario, Target, Verb
+from bench.stats import median
 
 __all__ = ["Summary", "evaluate_targets", "markdown", "plot", "reuse_text", "summarize",
            "text_tables"]
@@ -71,11 +71,11 @@ def summarize(scenarios: Sequence[HttpScenario], body_bytes: dict[str, int],
             if not runs:
                 continue
             tool, passes = runs[0].tool, len(runs)
-            stats[contender] = {k: statistics.median(getattr(r, k) for r in runs)
+            stats[contender] = {k: median(getattr(r, k) for r in runs)
                                 for k in METRICS}
             p50s = [r.p50_us for r in runs]
-            median = statistics.median(p50s)
-            spread[contender] = 50.0 * (max(p50s) - min(p50s)) / median if median else 0.0
+            mid = median(p50s)
+            spread[contender] = 50.0 * (max(p50s) - min(p50s)) / mid if mid else 0.0
         reuse: dict[str, list[float]] = {}
         for run in by.get((s.key, "raygate"), []):
             for verb, counts in run.decision_reuse.items():

@@ -12,10 +12,11 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.measure import reuse_counts
+from bench.stats import histogram_quantile, median
 
 __all__ = ["CONTENDERS", "GATE_SECONDS", "NATIVE", "WEBHOOK_NAME", "WEBHOOK_SECONDS", "Run",
-           "delta_mean", "delta_quantiles", "goal", "histograms", "markdown", "plot", "quantile",
-           "reuse_share", "summarise"]
+           "delta_mean", "delta_quantiles", "goal", "histograms", "markdown", "plot", "reuse_share",
+           "summarise"]
 
 CONTENDERS = ("none", "empty", "go-peer", "raygate", "raygate-native")
 NATIVE = "raygate-native"
@@ -78,22 +79,6 @@ class Run:
 
 
 
-def quantile(buckets: list[tuple[float, float]], q: float) -> float:
-    """Prometheus' ``histogram_quantile`` over cumulative (upper bound, count) buckets."""
-    buckets = sorted(buckets)
-    total = buckets[-1][1] if buckets else 0.0
-    if total == 0:
-        return math.nan
-    rank, lower, below = q * total, 0.0, 0.0
-    for upper, count in buckets:
-        if count >= rank:
-            if math.isinf(upper):
-                return lower
-            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
-        lower, below = upper, count
-    return lower
-
-
 def histograms(text: str, name: str, /, **match: str) -> dict[str, list[tuple[float, float]]]:
     """Buckets of histogram ``name`` whose labels include ``match``, summed over the other
     labels and keyed by ``extension_point`` (or "" for the others)."""
@@ -122,7 +107,7 @@ def delta_quantiles(before: dict[str, str], after: dict[str, str], source: str,
     was = dict(histograms(before[source], metric, **match).get("", []))
     now = histograms(after[source], metric, **match).get("", [])
     delta = [(le, count - was.get(le, 0.0)) for le, count in now]
-    return 1e3 * quantile(delta, 0.5), 1e3 * quantile(delta, 0.99)
+    return 1e3 * histogram_quantile(delta, 0.5), 1e3 * histogram_quantile(delta, 0.99)
 
 
 def delta_mean(before: dict[str, str], after: dict[str, str], source: str,
@@ -162,11 +147,11 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for count in sorted({r.nodes for r in runs}):
         of = {c: [r for r in runs if r.nodes == count and r.contender == c] for c in CONTENDERS}
-        base = _median([r.pods_per_second for r in of["none"]])
+        base = median([r.pods_per_second for r in of["none"]])
         for contender, mine in of.items():
             if not mine:
                 continue
-            rate = _median([r.pods_per_second for r in mine])
+            rate = median([r.pods_per_second for r in mine])
             rows.append({
                 "nodes": count, "contender": contender, "runs": len(mine),
                 "pods_per_second": rate,
@@ -174,7 +159,7 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
                 "cost": 1 - rate / base if base else math.nan,
                 **_medians(mine),
                 "floor_on_gpu": max(r.floor_on_gpu for r in mine),
-                "overflow_on_gpu": _median([float(r.overflow_on_gpu) for r in mine]),
+                "overflow_on_gpu": median([float(r.overflow_on_gpu) for r in mine]),
             })
     return rows
 
@@ -183,22 +168,14 @@ PAIRS = ("create_ms", "bind_ms", "release_ms", "webhook_ms", "gate_ms")
 
 
 def _medians(mine: list[Run]) -> dict[str, Any]:
-    out: dict[str, Any] = {key: _median([getattr(r, key) for r in mine]) for key in (
+    out: dict[str, Any] = {key: median([getattr(r, key) for r in mine]) for key in (
         "attempt_p50_ms", "attempt_p99_ms", "algorithm_p50_ms", "algorithm_p99_ms",
         "prioritize_reuse", "created_per_second", "bind_span_per_second", "gate_mean_ms")}
     for point, key in (("Filter", "filter_p99_ms"), ("Score", "score_p99_ms")):
-        out[key] = _median([r.extension_points.get(point, NAN2)[1] for r in mine])
+        out[key] = median([r.extension_points.get(point, NAN2)[1] for r in mine])
     for key in PAIRS:
-        out[key] = tuple(_median([getattr(r, key)[i] for r in mine]) for i in (0, 1))
+        out[key] = tuple(median([getattr(r, key)[i] for r in mine]) for i in (0, 1))
     return out
-
-
-def _median(values: list[float]) -> float:
-    values = sorted(v for v in values if not math.isnan(v))
-    if not values:
-        return math.nan
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _pair(values: tuple[float, ...], digits: int = 1) -> str:

@@ -87,10 +87,10 @@ from bench.scheduler_report import (
     histograms,
     markdown,
     plot,
-    quantile,
     reuse_share,
     summarise,
 )
+from bench.stats import histogram_quantile as quantile
 from testbed.api import Api
 from testbed.cluster import Testbed
 from testbed.processes import Process, wait_for

@@ -42,7 +42,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from bench.cache_sync import TOKEN, Cluster, _request_body, build_cluster
+from bench.cache_sync import request_body
+from bench.cluster_json import TOKEN, Cluster, ClusterDouble, build_cluster
+from bench.memory import read_memory
+from bench.stats import percentile
 
 __all__ = ["main"]
 
@@ -58,43 +61,27 @@ Bucket = dict[str, Any]
 
 def _double_main(conn: Connection, n_nodes: int, n_pods: int, rate: float,
                  drop_every: float) -> None:
-    from testkit.apiserver import CORE, CRDS, ApiServerDouble
-
-    cluster = build_cluster(n_nodes, n_pods)
-    nodes, pods = CORE[:2]
-    double = ApiServerDouble(TOKEN)
-    double.install(CRDS[0])
-    double.install(CRDS[1])  # PodGroups: served, none exist
-    double.load_raw(nodes, ((("", name), body) for name, body in cluster.nodes))
-    double.load_raw(CRDS[0], ((("ray", name), body) for name, body in cluster.rayclusters))
-    double.load_raw(pods, (((p.namespace, p.name), cluster.render(p)) for p in cluster.pods))
-    double.start()
-    conn.send({"port": double.port})
+    served = ClusterDouble(build_cluster(n_nodes, n_pods))
+    conn.send({"port": served.port})
     conn.recv()  # "go": raygate is ready
-    ready = [True] * len(cluster.pods)
-    events = drops = cursor = 0
+    events = drops = 0
     started = time.perf_counter()
     next_drop = started + drop_every
     while not conn.poll(0):
-        # A stride over the pods, so that consecutive updates hit other nodes and clusters.
-        index = (cursor * 7919) % len(cluster.pods)
-        cursor += 1
-        ready[index] = not ready[index]
-        pod = cluster.pods[index]
-        double.write_raw(pods, "MODIFIED", (pod.namespace, pod.name),
-                         cluster.render(pod, ready[index]))
+        served.flip()
         events += 1
         now = time.perf_counter()
         if now >= next_drop:
-            drops += double.drop_watches()
+            drops += served.double.drop_watches()
             next_drop += drop_every
         ahead = started + events / rate - now
         if ahead > 0:
             time.sleep(ahead)
     conn.recv()
-    double.stop()
+    served.double.stop()
     conn.send({"events": events, "watches_dropped": drops,
-               "watch_requests": sum(double.watch_requests(c) for c in (nodes, pods, CRDS[0]))})
+               "watch_requests": sum(served.double.watch_requests(c)
+                                     for c in (served.nodes, served.pods, served.rayclusters))})
 
 
 # --- clients --------------------------------------------------------------------------------
@@ -103,7 +90,7 @@ def _double_main(conn: Connection, n_nodes: int, n_pods: int, rate: float,
 def _preempt_body(cluster: Cluster) -> bytes:
     """kube-scheduler's preempt for the pending floor worker: three CPU nodes, each with
     the Ray pods the cache has there as proposed victims (UIDs, nodeCacheCapable)."""
-    filter_args = json.loads(_request_body([]))
+    filter_args = json.loads(request_body([]))
     by_node: dict[str, list[str]] = defaultdict(list)
     for pod in cluster.pods:
         if pod.cluster:
@@ -163,7 +150,7 @@ def _client_main(out: Any, plan: _Plan) -> None:
     long_poll = plan.long_poll
     cluster = build_cluster(plan.nodes, plan.pods)
     clusters = sorted({p.cluster for p in cluster.pods if p.cluster})
-    filter_body = _request_body(cluster.node_names)
+    filter_body = request_body(cluster.node_names)
     preempt_body = _preempt_body(cluster)
     rng = random.Random(plan.seed)
     client = _Client(port)
@@ -228,10 +215,7 @@ def _free_port() -> int:
 
 
 def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return read_memory(pid).rss_mib
 
 
 def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
@@ -250,11 +234,6 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float) -> 
 
 
 # --- the run --------------------------------------------------------------------------------
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -329,8 +308,8 @@ def _summary(args: argparse.Namespace, merged: dict[int, Bucket], rss: list[floa
     minutes = []
     for minute in range(args.minutes):
         bucket = merged[minute]
-        routes = {route: {"requests": len(v), "p50_ms": _pct(v, 0.5) * 1e3,
-                          "p99_ms": _pct(v, 0.99) * 1e3}
+        routes = {route: {"requests": len(v), "p50_ms": percentile(v, 0.5, empty=0.0) * 1e3,
+                          "p99_ms": percentile(v, 0.99, empty=0.0) * 1e3}
                   for route, v in sorted(bucket["latencies"].items())}
         minutes.append({"minute": minute + 1, "rss_mib": rss[minute],
                         "requests": sum(r["requests"] for r in routes.values()),
