@@ -60,6 +60,8 @@ class KubeApi:
         self.token = token
         self.timeout = timeout
         self.local = threading.local()
+        self._lock = threading.Lock()
+        self._open: list[http.client.HTTPConnection] = []
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if self.https:
@@ -71,7 +73,16 @@ class KubeApi:
         conn: http.client.HTTPConnection | None = getattr(self.local, "conn", None)
         if conn is None:
             conn = self.local.conn = self._connect(self.timeout)
+            with self._lock:
+                self._open.append(conn)
         return conn
+
+    def close(self) -> None:
+        """Close every thread's keep-alive connection (a later request opens another)."""
+        with self._lock:
+            for conn in self._open:
+                conn.close()
+            self._open.clear()
 
     def _headers(self, content_type: str, accept: str) -> dict[str, str]:
         headers = {"Content-Type": content_type, "Accept": accept}

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.kubeapi import ApiError, KubeApi
 from bench.stats import p50_p99
 from raygate.plugin.native import GATE
-from testbed.api import Api, ApiError
 
 __all__ = ["GATE", "BurstClock", "Sent", "create_burst", "latencies", "p50_p99_ms"]
 
@@ -33,7 +33,7 @@ class Sent:
     answered: float
 
 
-def create_burst(api: Api, path: str, pods: list[Obj]) -> dict[str, Sent]:
+def create_burst(api: KubeApi, path: str, pods: list[Obj]) -> dict[str, Sent]:
     """Create ``pods`` at once (``CREATE_THREADS`` clients, as a controller's workers),
     the same way for every contender; each pod's send and answer times."""
     def one(pod: Obj) -> tuple[str, Sent]:
@@ -49,7 +49,7 @@ def create_burst(api: Api, path: str, pods: list[Obj]) -> dict[str, Sent]:
 class BurstClock:
     """Follows ``path``'s pods from a list until ``expected`` pods are bound."""
 
-    api: Api
+    api: KubeApi
     path: str
     expected: int
     added: dict[str, float] = field(default_factory=dict)

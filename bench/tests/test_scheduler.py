@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 
 from bench import payloads
+from bench.kubeapi import KubeApi
 from bench.scheduler_clock import GATE, BurstClock, latencies
 from bench.scheduler_objects import nodes, rayclusters, worker_pods
 from bench.scheduler_report import (
@@ -22,7 +23,6 @@ from bench.scheduler_report import (
 )
 from bench.stats import histogram_quantile as quantile
 from bench.stats import percentile, summarize
-from testbed.api import Api
 
 NAME = "scheduler_framework_extension_point_duration_seconds"
 
@@ -96,7 +96,7 @@ def _pod(name: str, *, gated: bool = False, node: str = "") -> dict[str, Any]:
 
 
 def test_the_clock_sees_added_released_and_bound_once() -> None:
-    clock = BurstClock(cast(Api, None), "/pods", expected=2)
+    clock = BurstClock(cast(KubeApi, None), "/pods", expected=2)
     clock.see(_pod("a", gated=True))
     clock.see(_pod("b"))
     clock.see(_pod("a"))  # the gate gone
