@@ -15,7 +15,7 @@ import http.client
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -169,7 +169,7 @@ class KubeApi:
         self.call("PUT", f"{path}/status?fieldValidation=Ignore", body)
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
-              ) -> Iterator[tuple[str, Obj]]:
+              ) -> Generator[tuple[str, Obj], None, None]:
         """(type, object) of each event from ``resource_version`` until the server ends
         the watch, on a connection of its own; an ERROR event (410 Gone, say) raises
         ``ApiError``, a broken stream ``ApiError`` with status 0."""
