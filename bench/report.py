@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import Measurement
+from bench.reporter import markdown_table, text_table
 from bench.scenarios import TARGETS, HttpScenario, Target, Verb
 from bench.stats import median
 
@@ -174,16 +175,6 @@ def _rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
     return rows
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    return "\n".join([line(header), "-" * len(line(header)), *map(line, rows)])
-
-
 def cycle_rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
     """Per scheduled pod (filter + prioritize), beside two empty round trips."""
     empty = next((s for s in summaries if s.verb == Verb.EMPTY_CYCLE.value), None)
@@ -216,6 +207,7 @@ def micro_rows(micro: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
             for m in micro]
 
 
+TARGET_HEADER = ("target (issue #6)", "measured", "verdict")
 MICRO_HEADER = ("in-process (pytest-benchmark)", "median µs", "min µs", "IQR µs", "rounds",
                 "decision reuse")
 
@@ -234,21 +226,15 @@ def text_tables(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
                 targets: Sequence[TargetResult]) -> str:
     parts = []
     if micro:
-        parts.append(_table(MICRO_HEADER, micro_rows(micro)))
+        parts.append(text_table(MICRO_HEADER, micro_rows(micro)))
     if summaries:
-        parts.append(_table(HEADER, _rows(summaries)))
+        parts.append(text_table(HEADER, _rows(summaries)))
     cycles = cycle_rows(summaries)
     if cycles:
-        parts.append(_table(CYCLE_HEADER, cycles))
+        parts.append(text_table(CYCLE_HEADER, cycles))
     if targets:
-        parts.append(_table(("target (issue #6)", "measured", "verdict"), target_rows(targets)))
+        parts.append(text_table(TARGET_HEADER, target_rows(targets)))
     return "\n\n".join(parts)
-
-
-def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def markdown(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
@@ -266,15 +252,15 @@ def markdown(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
             f"names send {meta['rotated_pods']} distinct pods in turn; prioritize and "
             "NodeList repeat one. Decision reuse: raygate's share of scheduler decisions "
             "reused (the same pod on an unchanged snapshot), per verb.")
-    parts = [head,
-             _md(HEADER, [(r[0].replace(" | ", ", "), *r[1:]) for r in _rows(summaries)])]
+    rows = [(r[0].replace(" | ", ", "), *r[1:]) for r in _rows(summaries)]
+    parts = [head, markdown_table(HEADER, rows)]
     cycles = cycle_rows(summaries)
     if cycles:
-        parts.append(_md(CYCLE_HEADER, cycles))
+        parts.append(markdown_table(CYCLE_HEADER, cycles))
     if targets:
-        parts.append(_md(("target (issue #6)", "measured", "verdict"), target_rows(targets)))
+        parts.append(markdown_table(TARGET_HEADER, target_rows(targets)))
     if micro:
-        parts.append(_md(MICRO_HEADER, micro_rows(micro)))
+        parts.append(markdown_table(MICRO_HEADER, micro_rows(micro)))
     return "\n\n".join(parts) + "\n"
 
 

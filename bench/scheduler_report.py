@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.measure import reuse_counts
+from bench.reporter import markdown_table
 from bench.stats import histogram_quantile, median
 
 __all__ = ["CONTENDERS", "GATE_SECONDS", "NATIVE", "WEBHOOK_NAME", "WEBHOOK_SECONDS", "Run",
@@ -184,43 +185,47 @@ def _pair(values: tuple[float, ...], digits: int = 1) -> str:
     return " / ".join(f"{v:.{digits}f}" for v in values)
 
 
+THROUGHPUT = ("nodes", "contender", "pods/s, first created → last bound (median; runs)", "cost",
+              "attempt p50 / p99 (ms)", "algorithm p50 / p99 (ms)",
+              "Filter / Score plugins p99 (ms)", "floor / overflow on GPU (of {pods})",
+              "prioritize reusing filter's decision")
+LATENCY = ("nodes", "contender", "created/s", "binds/s after the first",
+           "create call p50 / p99 (ms)", "ADDED → released p50 / p99 (ms)",
+           "ADDED → bound p50 / p99 (ms)", "p99 − none's (ms)", "webhook p50 / p99 (ms)",
+           "gate held p50 / p99 / mean (ms)")
+
+
 def markdown(rows: list[dict[str, Any]], pods: int) -> str:
     """The throughput table, the creation→bind table and the goal."""
-    lines = [f"| nodes | contender | pods/s, first created → last bound (median; runs) | cost "
-             f"| attempt p50 / p99 (ms) | algorithm p50 / p99 (ms) "
-             f"| Filter / Score plugins p99 (ms) | floor / overflow on GPU (of {pods}) "
-             f"| prioritize reusing filter's decision |",
-             "|---:|---|---|---:|---|---|---|---|---:|"]
+    cells = []
     for r in rows:
         cost = "—" if r["contender"] == "none" else f"{100 * r['cost']:.1f} %"
         reuse = "" if math.isnan(r["prioritize_reuse"]) else f"{100 * r['prioritize_reuse']:.0f} %"
-        lines.append(
-            f"| {r['nodes']:,} | {r['contender']} | {r['pods_per_second']:.1f} "
-            f"({', '.join(map(str, r['runs_pods_per_second']))}) | {cost} "
-            f"| {r['attempt_p50_ms']:.1f} / {r['attempt_p99_ms']:.1f} "
-            f"| {r['algorithm_p50_ms']:.1f} / {r['algorithm_p99_ms']:.1f} "
-            f"| {r['filter_p99_ms']:.2f} / {r['score_p99_ms']:.2f} "
-            f"| {r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f} "
-            f"| {reuse} |")
-    return "\n".join(lines) + "\n\n" + latency_table(rows) + "\n" + "\n".join(goal(rows)) + "\n"
+        cells.append((
+            f"{r['nodes']:,}", r["contender"],
+            f"{r['pods_per_second']:.1f} ({', '.join(map(str, r['runs_pods_per_second']))})",
+            cost, f"{r['attempt_p50_ms']:.1f} / {r['attempt_p99_ms']:.1f}",
+            f"{r['algorithm_p50_ms']:.1f} / {r['algorithm_p99_ms']:.1f}",
+            f"{r['filter_p99_ms']:.2f} / {r['score_p99_ms']:.2f}",
+            f"{r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f}", reuse))
+    header = [h.format(pods=pods) for h in THROUGHPUT]
+    return (markdown_table(header, cells, "rllrllllr") + "\n\n" + latency_table(rows) + "\n"
+            + "\n".join(goal(rows)) + "\n")
 
 
 def latency_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| nodes | contender | created/s | binds/s after the first | create call p50 / p99 "
-             "(ms) | ADDED → released p50 / p99 (ms) | ADDED → bound p50 / p99 (ms) "
-             "| p99 − none's (ms) | webhook p50 / p99 (ms) | gate held p50 / p99 / mean (ms) |",
-             "|---:|---|---:|---:|---|---|---|---:|---|---|"]
     none = {r["nodes"]: r for r in rows if r["contender"] == "none"}
+    cells = []
     for r in rows:
         base = none.get(r["nodes"])
         grow = ("—" if base is None or r["contender"] == "none"
                 else f"{r['bind_ms'][1] - base['bind_ms'][1]:+.0f}")
-        lines.append(
-            f"| {r['nodes']:,} | {r['contender']} | {r['created_per_second']:.0f} "
-            f"| {r['bind_span_per_second']:.1f} | {_pair(r['create_ms'])} "
-            f"| {_pair(r['release_ms'])} | {_pair(r['bind_ms'], 0)} | {grow} "
-            f"| {_pair(r['webhook_ms'])} | {_pair((*r['gate_ms'], r['gate_mean_ms']), 0)} |")
-    return "\n".join(lines) + "\n"
+        cells.append((
+            f"{r['nodes']:,}", r["contender"], f"{r['created_per_second']:.0f}",
+            f"{r['bind_span_per_second']:.1f}", _pair(r["create_ms"]), _pair(r["release_ms"]),
+            _pair(r["bind_ms"], 0), grow, _pair(r["webhook_ms"]),
+            _pair((*r["gate_ms"], r["gate_mean_ms"]), 0)))
+    return markdown_table(LATENCY, cells, "rlrrlllrll") + "\n"
 
 
 def goal(rows: list[dict[str, Any]]) -> list[str]:
