@@ -67,6 +67,7 @@ import yaml
 from bench import payloads
 from bench.contenders import Server, build_go_peer, free_port, go_toolchain
 from bench.kubeapi import KubeApi
+from bench.reporter import write_json, write_text
 from bench.scheduler_clock import GATE, BurstClock, Sent, create_burst, latencies, p50_p99_ms
 from bench.scheduler_objects import (
     NAMESPACE,
@@ -385,12 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(rows, pods)
     print(table)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"runs": [asdict(r) for r in runs], "summary": rows},
-                                        indent=1))
+        write_json(args.json, {"runs": [asdict(r) for r in runs], "summary": rows}, indent=1)
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(table)
+        write_text(args.markdown, table)
     if args.plot:
         plot(rows, args.plot)
     return 0
