@@ -61,7 +61,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,10 +73,12 @@ from bench.cache_scale_raygate import (
     Changes,
     ListAlone,
     Raygate,
+    Started,
     apply_changes,
     changed_pods,
     list_alone,
     not_ready,
+    start_raygate,
 )
 from bench.cluster_json import Cluster, build_cluster
 from bench.kubeapi import ApiError, KubeApi
@@ -102,7 +103,6 @@ ETCD_QUOTA_BYTES = 8 * 2**30
 status) and the history stays until the next compaction (the testbed compacts every
 minute, and compaction frees pages without shrinking the file): 8 GiB, etcd's suggested
 maximum, rules out a run that fails with "mvcc: database space exceeded"."""
-READY_TIMEOUT_S = 600.0
 LONE_CHANGES = 100
 LONE_RATE = 4.0
 """Changes a second in the second series: 250 ms apart, five publish intervals."""
@@ -181,17 +181,6 @@ def versions() -> dict[str, str]:
 
 
 @dataclass
-class Started:
-    """raygate once ready: seconds to ``/readyz`` 200 and to its ``cache synced`` line,
-    its memory then (KiB)."""
-
-    ready_s: float
-    synced_s: float
-    rss_kib: int
-    hwm_kib: int
-
-
-@dataclass
 class Ended:
     """After the changes: raygate's memory (KiB), the pods' size as served, the watches'
     counts, and the LIST taken apart."""
@@ -215,28 +204,6 @@ def _start_testbed(testbed: Testbed, workdir: Path, cluster: Cluster) -> tuple[K
           f"({loaded.requests / loaded.seconds:,.0f}/s); etcd db "
           f"{_etcd_db_mib(workdir):,.0f} MiB", flush=True)
     return api, loaded
-
-
-def _start_raygate(raygate: Raygate, loaded: Loaded) -> Started:
-    """Start raygate, wait until it is ready, and check that it holds what was loaded."""
-    raygate.start()
-    ready_s = raygate.wait_ready(READY_TIMEOUT_S)
-    rss_ready, hwm_ready = raygate.memory_kib()
-    for _ in range(100):  # the log line trails the publish by a few lines of Python
-        if raygate.synced_at is not None:
-            break
-        time.sleep(0.01)
-    synced_s = (raygate.synced_at - raygate.started) if raygate.synced_at else -1.0
-    print(f"raygate: ready in {ready_s:.2f}s ('cache synced' logged at {synced_s:.2f}s), "
-          f"RSS {rss_ready / 1024:.0f} MiB (peak {hwm_ready / 1024:.0f})", flush=True)
-    _, _, body = raygate.get("/readyz")
-    health = json.loads(body)
-    want = {"nodes": loaded.nodes, "pods": loaded.pods, "rayclusters": loaded.rayclusters,
-            "podgroups": loaded.podgroups}
-    got = {k: health["objects"].get(k) for k in want}
-    if got != want:
-        raise RuntimeError(f"raygate's cache holds {health['objects']}, loaded {want}")
-    return Started(ready_s, synced_s, rss_ready, hwm_ready)
 
 
 def _changes(api: KubeApi, raygate: Raygate, cluster: Cluster, n_changes: int,
@@ -319,7 +286,7 @@ def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
     try:
         api, loaded = _start_testbed(testbed, workdir, cluster)
         raygate = Raygate(testbed.admin_kubeconfig, workdir)
-        started = _start_raygate(raygate, loaded)
+        started = start_raygate(raygate, loaded)
         changes, lone = _changes(api, raygate, cluster, n_changes, rate)
         ended = _end(api, raygate, testbed, cluster)
         return _result(loaded, started, changes, lone, ended, rate=rate, workdir=workdir,

@@ -5,6 +5,7 @@ the API to raygate's admission status, and raygate's initial LIST taken apart.""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from bench.cache_scale_load import Loaded
 from bench.cluster_json import PODS_PER_RAYCLUSTER, Cluster, PodSpec
 from bench.kubeapi import KubeApi
 from bench.memory import read_memory
@@ -28,12 +30,13 @@ from raygate.server.kube.resources import RESOURCES
 from testbed.cluster import DEPLOY, REPO
 from testbed.processes import free_port
 
-__all__ = ["Changes", "ListAlone", "Raygate", "apply_changes", "changed_pods", "list_alone",
-           "not_ready"]
+__all__ = ["Changes", "ListAlone", "Raygate", "Started", "apply_changes", "changed_pods",
+           "list_alone", "not_ready", "start_raygate"]
 
 Obj = dict[str, Any]
 HOST = "127.0.0.1"
 CHANGE_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 600.0
 
 
 class Raygate:
@@ -142,6 +145,39 @@ class Raygate:
                 self.process.kill()
                 self.process.wait(10)
         return self.process.returncode
+
+
+@dataclass
+class Started:
+    """raygate once ready: seconds to ``/readyz`` 200 and to its ``cache synced`` line,
+    its memory then (KiB)."""
+
+    ready_s: float
+    synced_s: float
+    rss_kib: int
+    hwm_kib: int
+
+
+def start_raygate(raygate: Raygate, loaded: Loaded) -> Started:
+    """Start raygate, wait until it is ready, and check that it holds what was loaded."""
+    raygate.start()
+    ready_s = raygate.wait_ready(READY_TIMEOUT_S)
+    rss_ready, hwm_ready = raygate.memory_kib()
+    for _ in range(100):  # the log line trails the publish by a few lines of Python
+        if raygate.synced_at is not None:
+            break
+        time.sleep(0.01)
+    synced_s = (raygate.synced_at - raygate.started) if raygate.synced_at else -1.0
+    print(f"raygate: ready in {ready_s:.2f}s ('cache synced' logged at {synced_s:.2f}s), "
+          f"RSS {rss_ready / 1024:.0f} MiB (peak {hwm_ready / 1024:.0f})", flush=True)
+    _, _, body = raygate.get("/readyz")
+    health = json.loads(body)
+    want = {"nodes": loaded.nodes, "pods": loaded.pods, "rayclusters": loaded.rayclusters,
+            "podgroups": loaded.podgroups}
+    got = {k: health["objects"].get(k) for k in want}
+    if got != want:
+        raise RuntimeError(f"raygate's cache holds {health['objects']}, loaded {want}")
+    return Started(ready_s, synced_s, rss_ready, hwm_ready)
 
 
 # --- the changes ------------------------------------------------------------------------
