@@ -20,7 +20,7 @@ HOST = "127.0.0.1"
 
 
 def raygate_main(conn: Connection, kubeconfig: str, admission: bool,
-                  publish_interval: float | None) -> None:
+                 publish_interval: float | None) -> None:
     import uvloop
 
     from raygate.plugin.config import PolicyConfig
