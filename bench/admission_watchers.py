@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.admission_peers import pin, serve, watch
+from bench.contenders import free_port
 from bench.payloads import (
     FLOOR_GROUP,
     NAMESPACE,
@@ -74,13 +74,6 @@ __all__ = ["main"]
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _small_clusters(count: int, node_names: Sequence[str]) -> list[dict[str, Any]]:
@@ -212,7 +205,7 @@ def _delays(publish_log: Path, received: list[tuple[int, float]]) -> list[float]
 def run_scenario(name: str, snapshot_file: Path, work: Path, *, n_watchers: int, rate: float,
                  duration: float, filter_body: bytes, prioritize_body: bytes) -> Outcome:
     """``name`` is idle, changes, spread or same (see the module's docstring)."""
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     publish_log = work / f"{name}-{n_watchers}.publishes"
     received_file = work / f"{name}-{n_watchers}.received.json"
     server = subprocess.Popen(

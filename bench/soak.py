@@ -31,7 +31,6 @@ import json
 import multiprocessing
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from typing import Any
 
 from bench.cache_sync import request_body
 from bench.cluster_json import TOKEN, Cluster, ClusterDouble, build_cluster
+from bench.contenders import free_port
 from bench.memory import read_memory
 from bench.reporter import write_json
 from bench.stats import percentile
@@ -207,13 +207,6 @@ def _client_main(out: Any, plan: _Plan) -> None:
 # --- raygate --------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _rss_mib(pid: int) -> float:
     return read_memory(pid).rss_mib
 
@@ -242,7 +235,7 @@ def _start_raygate(api_port: int, workdir: Path) -> tuple[int, subprocess.Popen[
 
     kubeconfig = workdir / "kubeconfig"
     kubeconfig.write_text(kubeconfig_text(f"http://{HOST}:{api_port}", TOKEN))
-    port = _free_port()
+    port = free_port()
     log = (workdir / "raygate.log").open("wb")
     raygate = subprocess.Popen(
         [sys.executable, "-m", "raygate", "serve", "--kubeconfig", str(kubeconfig),

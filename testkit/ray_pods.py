@@ -11,10 +11,11 @@ their Ray pods here.
 from __future__ import annotations
 
 import functools
-import json
 import uuid
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 __all__ = [
     "CLUSTER",
@@ -73,7 +74,7 @@ def fill(text: str, **values: str) -> Obj:
     strings: no quote or backslash to escape)."""
     for key, value in values.items():
         text = text.replace("{{" + key + "}}", value)
-    obj: Obj = json.loads(text)
+    obj: Obj = msgspec.json.decode(text)
     return obj
 
 
