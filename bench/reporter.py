@@ -25,7 +25,8 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
     """A GitHub markdown table; ``align`` one letter per column, ``r`` for a right-aligned
     one (``---:``), anything else (or none) left. A ``|`` in a cell becomes ``/``."""
     specs = ["---:" if align[i:i + 1] == "r" else "---" for i in range(len(header))]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(specs) + "|"]
+    head = "|" + "|".join(f" {h} " if h else " " for h in header) + "|"  # "| |": no title
+    lines = [head, "|" + "|".join(specs) + "|"]
     lines += [_md_line(row) for row in rows]
     return "\n".join(lines)
 
