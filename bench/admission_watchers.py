@@ -43,27 +43,23 @@ import asyncio
 import contextlib
 import http.client
 import json
-import logging
 import os
 import platform
-import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.admission_peers import pin, serve, watch
+from bench.contenders import free_port
 from bench.payloads import (
-    CLUSTER,
     FLOOR_GROUP,
     NAMESPACE,
-    OVERFLOW_GROUP,
     cluster_snapshot,
     extender_args,
     ray_worker_pod,
@@ -71,27 +67,13 @@ from bench.payloads import (
     snapshot_gpu_node_names,
     snapshot_node_names,
 )
+from bench.reporter import markdown_table, write_json
+from bench.stats import summarize
 
 __all__ = ["main"]
 
 HOST = "127.0.0.1"
-VARIANTS = 16
-"""Distinct snapshots the publisher cycles through (built before serving)."""
-MARK_BYTES = re.compile(rb"available: (\d+) Insufficient cpu")
 READY_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _pin(cpu: int) -> None:
-    with contextlib.suppress(AttributeError, OSError):  # not Linux, or one CPU
-        if cpu < (os.cpu_count() or 1):
-            os.sched_setaffinity(0, {cpu})
 
 
 def _small_clusters(count: int, node_names: Sequence[str]) -> list[dict[str, Any]]:
@@ -104,162 +86,6 @@ def _small_clusters(count: int, node_names: Sequence[str]) -> list[dict[str, Any
         items.append(make_pod(f"rc-{i}-head", NAMESPACE).head(f"rc-{i}")
                      .on(node_names[i % len(node_names)]).obj())
     return items
-
-
-def _pending_pod(variant: int) -> dict[str, Any]:
-    pod = ray_worker_pod(OVERFLOW_GROUP, index=900_000)
-    pod["status"] = {"phase": "Pending", "conditions": [{
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "lastTransitionTime": "2026-11-30T04:12:31Z",
-        "message": f"0/500 nodes are available: {1000 + variant} Insufficient cpu."}]}
-    return pod
-
-
-# --- the server process -----------------------------------------------------------------
-
-
-def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
-          publish_log: Path) -> None:
-    import dataclasses
-
-    import msgspec
-    import uvloop
-
-    from raygate.plugin.config import PolicyConfig
-    from raygate.server.cache import convert
-    from raygate.server.cache.cluster import ClusterCache
-    from raygate.server.cache.editor import build_snapshot
-    from raygate.server.cache.snapshot_files import load_text
-    from raygate.server.listeners import bind_socket
-    from raygate.server.server import RaygateServer
-    from raygate.server.wire import kube
-
-    _pin(0)
-    logging.basicConfig(level=logging.WARNING)
-    config = PolicyConfig()
-    base = load_text(snapshot_file.read_text(), str(snapshot_file))
-    variants = [
-        build_snapshot(dataclasses.replace(base, pods=(*base.pods, convert.pod_view(
-            msgspec.convert(_pending_pod(i), kube.Pod, strict=False)))), config)
-        for i in range(VARIANTS)]
-    cache = ClusterCache(config, "bench")
-    cache.publish(variants[0])
-    server = RaygateServer(cache, bind_socket(HOST, http_port), f"{HOST}:{grpc_port}")
-    stop = threading.Event()
-
-    def publisher() -> None:
-        with publish_log.open("w") as log:
-            n = 1
-            while rate > 0 and not stop.wait(1 / rate):
-                variant = n % VARIANTS
-                cache.publish(variants[variant])
-                log.write(f"{variant} {time.monotonic()}\n")
-                log.flush()
-                n += 1
-
-    thread = threading.Thread(target=publisher, daemon=True)
-    thread.start()
-    try:
-        uvloop.run(server.run())
-    finally:
-        stop.set()
-        thread.join(5)
-
-
-# --- the watcher process ------------------------------------------------------------------
-
-
-@dataclass
-class _Tally:
-    """What the watchers of one process saw."""
-
-    total: int
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    synced: int = 0
-    grpc: list[tuple[int, float]] = field(default_factory=list)
-    """(variant, CLOCK_MONOTONIC) per change received."""
-    http: list[tuple[int, float]] = field(default_factory=list)
-
-    def one_synced(self) -> None:
-        self.synced += 1
-        if self.synced == self.total:
-            self.ready.set()
-
-
-async def _grpc_watch(channel: Any, cluster: str, tally: _Tally) -> None:
-    from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
-
-    # Raw bytes, not parsed messages: the watchers share a CPU with the load, and should
-    # take as little of it as a Go client would. One cluster: ADDED, SYNCED, then only
-    # MODIFIED; the marker is plain text inside the message.
-    watch = channel.unary_stream("/raygate.v1.Admission/Watch",
-                                 request_serializer=pb.WatchRequest.SerializeToString,
-                                 response_deserializer=None)
-    seen = 0
-    async for message in watch(pb.WatchRequest(namespace=NAMESPACE, name=cluster)):
-        seen += 1
-        if seen == 2:  # SYNCED
-            tally.one_synced()
-        elif seen > 2:
-            found = MARK_BYTES.search(message)
-            if found:
-                tally.grpc.append((int(found[1]) - 1000, time.monotonic()))
-
-
-async def _http_poll(port: int, tally: _Tally) -> None:
-    reader, writer = await asyncio.open_connection(HOST, port)
-    path = f"/v1/namespaces/{NAMESPACE}/rayclusters/{CLUSTER}/admission"
-    version = ""
-    first = True
-    while True:
-        query = f"?waitForChange={version}&timeoutSeconds=30" if not first else ""
-        writer.write(f"GET {path}{query} HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode())
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(re.search(rb"content-length: (\d+)", head, re.I)[1])  # type: ignore[index]
-        body = await reader.readexactly(length)
-        at = time.monotonic()
-        latest = re.search(rb'"version":"([0-9a-f]+)"', body)[1].decode()  # type: ignore[index]
-        if first:
-            first = False
-            tally.one_synced()
-        elif latest != version:
-            found = MARK_BYTES.search(body)
-            if found:
-                tally.http.append((int(found[1]) - 1000, at))
-        version = latest
-
-
-async def _watch(ports: tuple[int, int], counts: tuple[int, int, int], out: Path) -> None:
-    """``counts``: gRPC watchers of ray/bench, HTTP long-polls of ray/bench, gRPC watchers
-    each of its own rc-<i>."""
-    import grpc
-
-    grpc_port, http_port = ports
-    n_grpc, n_http, n_spread = counts
-    tally = _Tally(n_grpc + n_http + n_spread)
-    channels = [grpc.aio.insecure_channel(f"{HOST}:{grpc_port}") for _ in range(
-        max(1, (n_grpc + n_spread) // 100))]
-    clusters = [CLUSTER] * n_grpc + [f"rc-{i}" for i in range(n_spread)]
-    tasks = [asyncio.ensure_future(_grpc_watch(channels[i % len(channels)], cluster, tally))
-             for i, cluster in enumerate(clusters)]
-    tasks += [asyncio.ensure_future(_http_poll(http_port, tally)) for _ in range(n_http)]
-    try:
-        await asyncio.wait_for(tally.ready.wait(), READY_TIMEOUT_S)
-    except TimeoutError:
-        failed = [t.exception() for t in tasks if t.done() and t.exception()]
-        print(f"only {tally.synced} of {tally.total} watchers synced; "
-              f"{len(failed)} failed, e.g. {failed[:1]!r}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-    print("ready", flush=True)
-    stopping = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    await stopping.wait()
-    for task in tasks:
-        task.cancel()
-    out.write_text(json.dumps({"grpc": tally.grpc, "http": tally.http}))
-    for channel in channels:
-        await channel.close()
 
 
 # --- the load (this process) ----------------------------------------------------------------
@@ -275,13 +101,8 @@ class Latency:
 
 
 def _summary(samples_ns: list[int], seconds: float) -> Latency:
-    ordered = sorted(samples_ns)
-
-    def q(p: float) -> float:
-        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] / 1e6 if ordered else 0.0
-
-    return Latency(len(ordered), len(ordered) / seconds if seconds else 0.0, q(0.5), q(0.99),
-                   ordered[-1] / 1e6 if ordered else 0.0)
+    ms = summarize(samples_ns, 1e-6)
+    return Latency(ms.count, ms.count / seconds if seconds else 0.0, ms.p50, ms.p99, ms.max)
 
 
 def _load(port: int, filter_body: bytes, prioritize_body: bytes, duration: float,
@@ -384,7 +205,7 @@ def _delays(publish_log: Path, received: list[tuple[int, float]]) -> list[float]
 def run_scenario(name: str, snapshot_file: Path, work: Path, *, n_watchers: int, rate: float,
                  duration: float, filter_body: bytes, prioritize_body: bytes) -> Outcome:
     """``name`` is idle, changes, spread or same (see the module's docstring)."""
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     publish_log = work / f"{name}-{n_watchers}.publishes"
     received_file = work / f"{name}-{n_watchers}.received.json"
     server = subprocess.Popen(
@@ -423,11 +244,9 @@ def run_scenario(name: str, snapshot_file: Path, work: Path, *, n_watchers: int,
             delays = sorted(_delays(publish_log, got["grpc"] + got["http"]))
             outcome.watch_delivered = len(delays)
             outcome.watch_expected = outcome.publishes * (n_grpc + n_http)
-            if delays:
-                outcome.watch_p50_ms = delays[len(delays) // 2] * 1e3
-                outcome.watch_p99_ms = delays[min(len(delays) - 1,
-                                                  int(0.99 * len(delays)))] * 1e3
-                outcome.watch_max_ms = delays[-1] * 1e3
+            ms = summarize(delays, 1e3)
+            outcome.watch_p50_ms, outcome.watch_p99_ms = ms.p50, ms.p99
+            outcome.watch_max_ms = ms.max
         return outcome
     finally:
         if watchers is not None:
@@ -435,32 +254,24 @@ def run_scenario(name: str, snapshot_file: Path, work: Path, *, n_watchers: int,
         _stop(server)
 
 
+TABLE = ("scenario", "watchers (gRPC + HTTP)", "changes", "filter p50 / p99 ms",
+         "prioritize p50 / p99 ms", "cycles/s", "server CPU ms/cycle",
+         "Watch delay p50 / p99 / max ms")
+
+
 def _table(outcomes: Sequence[Outcome]) -> str:
-    rows = ["| scenario | watchers (gRPC + HTTP) | changes | filter p50 / p99 ms | "
-            "prioritize p50 / p99 ms | cycles/s | server CPU ms/cycle | "
-            "Watch delay p50 / p99 / max ms |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for o in outcomes:
         watch = (f"{o.watch_p50_ms:.1f} / {o.watch_p99_ms:.1f} / {o.watch_max_ms:.1f} "
                  f"({o.watch_delivered} of {o.watch_expected})" if o.watchers_grpc else "-")
-        rows.append(
-            f"| {o.scenario} | {o.watchers_grpc} + {o.watchers_http} | {o.publishes} | "
-            f"{o.filter.p50_ms:.2f} / {o.filter.p99_ms:.2f} | "
-            f"{o.prioritize.p50_ms:.2f} / {o.prioritize.p99_ms:.2f} | "
-            f"{o.filter.per_s:.0f} | {o.server_cpu_ms_per_cycle:.2f} | {watch} |")
-    return "\n".join(rows)
+        rows.append((o.scenario, f"{o.watchers_grpc} + {o.watchers_http}", str(o.publishes),
+                     f"{o.filter.p50_ms:.2f} / {o.filter.p99_ms:.2f}",
+                     f"{o.prioritize.p50_ms:.2f} / {o.prioritize.p99_ms:.2f}",
+                     f"{o.filter.per_s:.0f}", f"{o.server_cpu_ms_per_cycle:.2f}", watch))
+    return markdown_table(TABLE, rows)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["_serve"]:
-        serve(Path(args[1]), int(args[2]), int(args[3]), float(args[4]), Path(args[5]))
-        return 0
-    if args[:1] == ["_watch"]:
-        _pin(1)
-        asyncio.run(_watch((int(args[1]), int(args[2])),
-                           (int(args[3]), int(args[4]), int(args[5])), Path(args[6])))
-        return 0
+def _options(args: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--watchers", default="1000",
@@ -471,16 +282,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run the scenarios this many times, interleaved; the table "
                              "shows each scenario's median run (by filter p99)")
     parser.add_argument("--json", type=Path, help="write the results here")
-    options = parser.parse_args(args)
-    _pin(1)
+    return parser.parse_args(args)
+
+
+def _run_all(options: argparse.Namespace) -> list[Outcome]:
+    """Every scenario, ``--repeat`` times, interleaved."""
     counts = [int(n) for n in options.watchers.split(",") if n]
     snapshot = cluster_snapshot(options.nodes)
     names = request_node_names(snapshot)
     snapshot["items"] += _small_clusters(max(counts, default=0), snapshot_node_names(snapshot))
     gpu = snapshot_gpu_node_names(snapshot)
     floor_pod = ray_worker_pod(FLOOR_GROUP)
-    filter_body = extender_args(floor_pod, names)
-    prioritize_body = extender_args(floor_pod, [n for n in names if n not in gpu])
+    bodies = {"filter_body": extender_args(floor_pod, names),
+              "prioritize_body": extender_args(floor_pod, [n for n in names if n not in gpu])}
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="raygate-bench-") as tmp:
         work = Path(tmp)
@@ -492,26 +306,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name}: {n_watchers} watchers, {rate:g} changes/s, {options.nodes} nodes, "
                   f"{options.duration:g} s ...", file=sys.stderr, flush=True)
             outcome = run_scenario(name, snapshot_file, work, n_watchers=n_watchers, rate=rate,
-                                   duration=options.duration, filter_body=filter_body,
-                                   prioritize_body=prioritize_body)
+                                   duration=options.duration, **bodies)
             outcomes.append(outcome)
             if outcome.watch_expected and (
                     outcome.watch_delivered < 0.9 * outcome.watch_expected):
                 print(f"  watchers got {outcome.watch_delivered} of ~"
                       f"{outcome.watch_expected} changes", file=sys.stderr)
+    return outcomes
+
+
+def _medians(outcomes: list[Outcome]) -> list[Outcome]:
+    """Each scenario's median run, by filter p99."""
     runs: dict[tuple[str, int], list[Outcome]] = {}
     for outcome in outcomes:
         runs.setdefault((outcome.scenario, outcome.watchers_grpc), []).append(outcome)
-    medians = [sorted(group, key=lambda o: o.filter.p99_ms)[len(group) // 2]
-               for group in runs.values()]
-    print(_table(medians))
+    return [sorted(group, key=lambda o: o.filter.p99_ms)[len(group) // 2]
+            for group in runs.values()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["_serve"]:
+        serve(Path(args[1]), int(args[2]), int(args[3]), float(args[4]), Path(args[5]))
+        return 0
+    if args[:1] == ["_watch"]:
+        pin(1)
+        asyncio.run(watch((int(args[1]), int(args[2])),
+                          (int(args[3]), int(args[4]), int(args[5])), Path(args[6])))
+        return 0
+    options = _options(args)
+    pin(1)
+    outcomes = _run_all(options)
+    print(_table(_medians(outcomes)))
     if options.json:
-        options.json.write_text(json.dumps({
+        write_json(options.json, {
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                         "platform": platform.platform()},
             "options": {k: (str(v) if isinstance(v, Path) else v)
                         for k, v in vars(options).items()},
-            "outcomes": [asdict(o) for o in outcomes]}, indent=2))
+            "outcomes": [asdict(o) for o in outcomes]}, indent=2)
     return 0
 
 

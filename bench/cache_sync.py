@@ -28,36 +28,28 @@ Run::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import http.client
 import json
-import logging
 import multiprocessing
 import os
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import msgspec
+from bench.cache_sync_raygate import raygate_main
+from bench.cluster_json import TOKEN, Cluster, ClusterDouble, build_cluster, raycluster_name
+from bench.payloads import FLOOR_GROUP, ray_worker_pod
+from bench.reporter import write_json
+from bench.stats import percentile, summarize
 
-from bench.payloads import FLOOR_GROUP, OVERFLOW_GROUP, node, node_names, ray_worker_pod, raycluster
-
-__all__ = ["Result", "main"]
+__all__ = ["Result", "main", "request_body", "run"]
 
 HOST = "127.0.0.1"
-TOKEN = "raygate-bench-token"
-PODS_PER_RAYCLUSTER = 100
-RAY_FRACTION = 0.2
-"""Of all pods, those that belong to RayClusters; the rest are web Deployment pods."""
-GPU_EVERY = 7  # one node in 7 is a GPU node (~15%)
 READY_TIMEOUT_S = 600.0
 LONE_EVENTS = 30
 """Pod updates sent 100 ms apart before the stream: the cost of an event applied alone."""
@@ -65,323 +57,30 @@ LONE_EVENTS = 30
 Obj = dict[str, Any]
 
 
-# --- the cluster as JSON ----------------------------------------------------------------
-
-
-def _web_pod_template() -> bytes:
-    """A web Deployment's pod with an Envoy sidecar, as the API server prints it; the
-    ``__X__`` strings are filled per pod."""
-    env = [{"name": k, "value": v} for k, v in (
-        ("LOG_LEVEL", "info"), ("PORT", "8080"), ("OTEL_EXPORTER_OTLP_ENDPOINT",
-                                                  "http://otel-collector.observability:4317"),
-        ("DB_HOST", "postgres.__NS__.svc.cluster.local"), ("FEATURE_FLAGS", "search,checkout"))]
-    probe = {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
-             "failureThreshold": 3, "periodSeconds": 10, "successThreshold": 1,
-             "timeoutSeconds": 1}
-    container_status = {
-        "containerID": "containerd://__UID__", "image": "registry.example.com/web:1.42.0",
-        "imageID": "registry.example.com/web@sha256:"
-                   "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978",
-        "lastState": {}, "name": "web", "ready": True, "restartCount": 0, "started": True,
-        "state": {"running": {"startedAt": "__T1__"}},
-    }
-    pod: Obj = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-29T07:59:00Z",
-                            "prometheus.io/scrape": "true", "prometheus.io/port": "9090"},
-            "creationTimestamp": "__T0__",
-            "generateName": "web-7d4b9c6f5-",
-            "labels": {"app.kubernetes.io/name": "web", "app.kubernetes.io/part-of": "shop",
-                       "pod-template-hash": "7d4b9c6f5", "tier": "frontend"},
-            "name": "__NAME__", "namespace": "__NS__",
-            "ownerReferences": [{"apiVersion": "apps/v1", "blockOwnerDeletion": True,
-                                 "controller": True, "kind": "ReplicaSet",
-                                 "name": "web-7d4b9c6f5", "uid": "__UID__-rs"}],
-            "resourceVersion": "__RV__", "uid": "__UID__",
-        },
-        "spec": {
-            "containers": [
-                {"name": "web", "image": "registry.example.com/web:1.42.0",
-                 "imagePullPolicy": "IfNotPresent", "env": env,
-                 "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
-                 "livenessProbe": probe, "readinessProbe": probe,
-                 "resources": {"limits": {"memory": "1Gi"},
-                               "requests": {"cpu": "500m", "memory": "1Gi"}},
-                 "terminationMessagePath": "/dev/termination-log",
-                 "terminationMessagePolicy": "File",
-                 "volumeMounts": [{"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                                   "name": "kube-api-access", "readOnly": True}]},
-                {"name": "envoy", "image": "envoyproxy/envoy:v1.31.2",
-                 "args": ["--config-path", "/etc/envoy/envoy.yaml", "--log-level", "warn"],
-                 "resources": {"limits": {"memory": "256Mi"},
-                               "requests": {"cpu": "100m", "memory": "128Mi"}},
-                 "volumeMounts": [{"mountPath": "/etc/envoy", "name": "envoy-config"}]},
-            ],
-            "dnsPolicy": "ClusterFirst", "enableServiceLinks": True, "nodeName": "__NODE__",
-            "preemptionPolicy": "PreemptLowerPriority", "priority": 0,
-            "restartPolicy": "Always", "schedulerName": "default-scheduler",
-            "serviceAccountName": "web", "terminationGracePeriodSeconds": 30,
-            "tolerations": [{"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",
-                             "operator": "Exists", "tolerationSeconds": 300},
-                            {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable",
-                             "operator": "Exists", "tolerationSeconds": 300}],
-            "volumes": [{"name": "envoy-config",
-                         "configMap": {"name": "envoy", "defaultMode": 420}},
-                        {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {"configMap": {"name": "kube-root-ca.crt",
-                                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
-        },
-        "status": {
-            "conditions": [
-                {"lastProbeTime": None, "lastTransitionTime": "__T1__",
-                 "status": "True", "type": kind}
-                for kind in ("PodReadyToStartContainers", "Initialized")
-            ] + [
-                {"lastProbeTime": None, "lastTransitionTime": "__T2__",
-                 "status": "__READY__", "type": kind} for kind in ("Ready", "ContainersReady")
-            ] + [{"lastProbeTime": None, "lastTransitionTime": "__T0__",
-                  "status": "True", "type": "PodScheduled"}],
-            "containerStatuses": [container_status, {**container_status, "name": "envoy",
-                                                     "image": "envoyproxy/envoy:v1.31.2"}],
-            "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "phase": "Running",
-            "podIP": "__IP__", "podIPs": [{"ip": "__IP__"}], "qosClass": "Burstable",
-            "startTime": "__T0__",
-        },
-    }
-    return msgspec.json.encode(pod)
-
-
-def _ray_pod_template(group: str) -> bytes:
-    """``bench.payloads``'s running KubeRay worker, its RayCluster name left open."""
-    pod = ray_worker_pod(group, index=0, node_name="__NODE__")
-    meta = pod["metadata"]
-    meta.update(name="__NAME__", uid="__UID__", resourceVersion="__RV__",
-                creationTimestamp="__T0__")
-    pod["status"]["startTime"] = "__T0__"
-    pod["status"]["podIP"] = "__IP__"
-    pod["status"]["podIPs"] = [{"ip": "__IP__"}]
-    for cond in pod["status"]["conditions"]:
-        cond["lastTransitionTime"] = "__T1__"
-        if cond["type"] in ("Ready", "ContainersReady"):
-            cond["status"], cond["lastTransitionTime"] = "__READY__", "__T2__"
-    # Every "bench" in it is the RayCluster's name (labels, owner, service, account).
-    return msgspec.json.encode(pod).replace(b"bench", b"__CLUSTER__")
-
-
-@dataclass(frozen=True, slots=True)
-class PodSpec:
-    template: int
-    name: str
-    namespace: str
-    uid: str
-    node: str
-    ip: str
-    cluster: str
-    created: int
-    """Seconds after ``EPOCH``: pods are created over a month, started seconds later."""
-
-
-EPOCH = datetime(2026, 10, 30, tzinfo=UTC)
-
-
-@dataclass
-class Cluster:
-    nodes: list[tuple[str, bytes]]
-    rayclusters: list[tuple[str, bytes]]
-    pods: list[PodSpec]
-    templates: list[bytes]
-    node_names: list[str]
-
-    def render(self, pod: PodSpec, ready: bool = True) -> bytes:
-        body = self.templates[pod.template]
-        t0 = EPOCH + timedelta(seconds=pod.created)
-        for placeholder, value in ((b"__NAME__", pod.name), (b"__NS__", pod.namespace),
-                                   (b"__UID__", pod.uid), (b"__NODE__", pod.node),
-                                   (b"__IP__", pod.ip), (b"__CLUSTER__", pod.cluster),
-                                   (b"__READY__", "True" if ready else "False"),
-                                   (b"__T0__", _iso(t0)),
-                                   (b"__T1__", _iso(t0 + timedelta(seconds=3))),
-                                   (b"__T2__", _iso(t0 + timedelta(seconds=11)))):
-            body = body.replace(placeholder, value.encode())
-        return body
-
-
-def _iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def raycluster_name(index: int) -> str:
-    return f"rc-{index:04d}"
-
-
-def build_cluster(n_nodes: int, n_pods: int) -> Cluster:
-    names = node_names(n_nodes)
-    nodes = []
-    for i, name in enumerate(names):
-        obj = node(name, i, i % GPU_EVERY == 0)
-        obj["metadata"]["resourceVersion"] = "__RV__"
-        nodes.append((name, msgspec.json.encode(obj)))
-    cpu_nodes = [name for i, name in enumerate(names) if i % GPU_EVERY != 0]
-    templates = [_web_pod_template(), _ray_pod_template(FLOOR_GROUP),
-                 _ray_pod_template(OVERFLOW_GROUP)]
-    n_ray_clusters = max(1, int(n_pods * RAY_FRACTION) // PODS_PER_RAYCLUSTER)
-    rc_template = msgspec.json.encode(raycluster()).replace(b"bench", b"__CLUSTER__")
-    rayclusters = [(raycluster_name(c), rc_template.replace(b"__CLUSTER__",
-                                                            raycluster_name(c).encode())
-                    .replace(b'"resourceVersion":"4711"', b'"resourceVersion":"__RV__"'))
-                   for c in range(n_ray_clusters)]
-    pods: list[PodSpec] = []
-    for i in range(n_pods):
-        ray = i < n_ray_clusters * PODS_PER_RAYCLUSTER
-        if ray:
-            cluster = raycluster_name(i // PODS_PER_RAYCLUSTER)
-            slot = i % PODS_PER_RAYCLUSTER
-            template = 1 if slot < 5 else 2  # 5 baseline (floor 4: one surplus), 95 overflow
-            name = f"{cluster}-{'baseline' if template == 1 else 'overflow'}-worker-{slot:03d}"
-            namespace, host = "ray", cpu_nodes[i % len(cpu_nodes)]
-        else:
-            cluster, template = "", 0
-            namespace = f"shop-{i % 40:02d}"
-            name = f"web-7d4b9c6f5-{i:06d}"
-            host = names[i % len(names)]
-        pods.append(PodSpec(template, name, namespace, f"00000000-0000-4000-8000-{i:012d}",
-                            host, f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}", cluster,
-                            (i * 7919) % (30 * 86400)))
-    return Cluster(nodes, rayclusters, pods, templates, names)
-
-
 # --- process 1: the API-server double ---------------------------------------------------
 
 
 def _double_main(conn: Connection, n_nodes: int, n_pods: int) -> None:
-    from testkit.apiserver import CORE, CRDS, ApiServerDouble
-
     started = time.perf_counter()
-    cluster = build_cluster(n_nodes, n_pods)
-    nodes, pods_collection = CORE[:2]
-    rayclusters = CRDS[0]
-    double = ApiServerDouble(TOKEN)
-    double.install(rayclusters)
-    double.install(CRDS[1])  # PodGroups: served, none exist
-    double.load_raw(nodes, ((("", name), body) for name, body in cluster.nodes))
-    double.load_raw(rayclusters, ((("ray", name), body) for name, body in cluster.rayclusters))
-    pod_bytes = 0
-
-    def pod_items() -> Any:
-        nonlocal pod_bytes
-        for pod in cluster.pods:
-            body = cluster.render(pod)
-            pod_bytes += len(body)
-            yield (pod.namespace, pod.name), body
-
-    double.load_raw(pods_collection, pod_items())
-    double.start()
-    conn.send({"port": double.port, "generate_s": time.perf_counter() - started,
-               "pod_json_bytes": pod_bytes, "pods": len(cluster.pods)})
-    ready = [True] * len(cluster.pods)
-    cursor = 0
+    served = ClusterDouble(build_cluster(n_nodes, n_pods))
+    conn.send({"port": served.port, "generate_s": time.perf_counter() - started,
+               "pod_json_bytes": served.pod_json_bytes, "pods": len(served.cluster.pods)})
     while True:
         command = conn.recv()
         if command[0] == "stream":
             _, count, rate = command
             t0 = time.perf_counter()
             for k in range(count):
-                # Walk the pods with a stride, so consecutive updates hit other nodes and
-                # RayClusters; each flips readiness, as a probe failing then passing does.
-                index = (cursor * 7919) % len(cluster.pods)
-                cursor += 1
-                ready[index] = not ready[index]
-                pod = cluster.pods[index]
-                double.write_raw(pods_collection, "MODIFIED", (pod.namespace, pod.name),
-                                 cluster.render(pod, ready[index]))
+                served.flip()
                 ahead = t0 + (k + 1) / rate - time.perf_counter()
                 if ahead > 0:
                     time.sleep(ahead)
             conn.send({"events": count, "seconds": time.perf_counter() - t0,
-                       "resource_version": str(double.resource_version)})
+                       "resource_version": str(served.double.resource_version)})
         elif command[0] == "stop":
-            double.stop()
+            served.double.stop()
             conn.send("stopped")
             return
-
-
-# --- process 2: raygate -----------------------------------------------------------------
-
-
-def _rss_kib() -> tuple[int, int]:
-    """(VmRSS, VmHWM) of this process, in KiB."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0])
-    return fields["VmRSS"], fields["VmHWM"]
-
-
-def _raygate_main(conn: Connection, kubeconfig: str, admission: bool,
-                  publish_interval: float | None) -> None:
-    import uvloop
-
-    from raygate.plugin.config import PolicyConfig
-    from raygate.server.cache.cluster import ClusterCache
-    from raygate.server.kube.client import KubeTransport, load_connection
-    from raygate.server.kube.source import LiveSource
-    from raygate.server.kube.transport import WatchSettings
-    from raygate.server.listeners import bind_socket
-    from raygate.server.server import RaygateServer
-
-    logging.basicConfig(level=logging.WARNING, format="raygate: %(message)s")
-    logging.getLogger("raygate.kube").setLevel(logging.INFO)
-    batches: list[tuple[int, float]] = []
-    cache = ClusterCache(PolicyConfig(), "bench")
-    def on_batch(changes: int, seconds: float) -> None:
-        batches.append((changes, seconds))
-        if seconds > 0.5:
-            logging.getLogger("raygate.kube").info("applied %d changes in %.2fs (CPU)",
-                                                   changes, seconds)
-
-    settings = WatchSettings() if publish_interval is None else WatchSettings(
-        publish_interval=publish_interval)
-    source = LiveSource(cache, KubeTransport(load_connection(kubeconfig, None, {}), settings),
-                        settings, on_batch=on_batch)
-    server = RaygateServer(cache, bind_socket(HOST, 0), f"{HOST}:0")
-    loop = uvloop.new_event_loop()
-
-    def control() -> None:
-        started = time.perf_counter()
-        source.start()
-        while not cache.ready:
-            time.sleep(0.01)
-        ready_s = time.perf_counter() - started
-        if not admission:
-            loop.call_soon_threadsafe(server.admission.close)
-        rss, hwm = _rss_kib()
-        conn.send({"ready_s": ready_s, "rss_kib": rss, "hwm_kib": hwm,
-                   "http_port": server.http_port, "counts": cache.snapshot.counts(),
-                   "batches": len(batches)})
-        pods = next(w for w in source.watchers if w.kind == "Pod")
-        while True:
-            command = conn.recv()
-            if command[0] == "reset":
-                batches.clear()
-                conn.send("ok")
-            elif command[0] == "batches":
-                conn.send(list(batches))
-            elif command[0] == "version":
-                conn.send({"pods": pods.resource_version, "rss_kib": _rss_kib()[0],
-                           "counts": cache.snapshot.counts(),
-                           "applied": sum(n for n, _ in batches)})
-            elif command[0] == "stop":
-                source.stop()
-                loop.call_soon_threadsafe(server.stop)
-                conn.send("stopped")
-                return
-
-    threading.Thread(target=control, daemon=True).start()
-    asyncio.set_event_loop(loop)
-    loop.run_until_complete(server.run())
 
 
 # --- process 3: the driver --------------------------------------------------------------
@@ -396,12 +95,8 @@ class Latency:
 
     @classmethod
     def of(cls, samples: list[float]) -> Latency:
-        if not samples:
-            return cls()
-        ordered = sorted(samples)
-        return cls(len(ordered), ordered[len(ordered) // 2] * 1e3,
-                   ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3,
-                   statistics.fmean(ordered) * 1e3)
+        ms = summarize(samples, 1e3)
+        return cls(ms.count, ms.p50, ms.p99, ms.mean)
 
 
 @dataclass
@@ -430,7 +125,7 @@ class Result:
     machine: str = ""
 
 
-def _request_body(cluster_nodes: list[str]) -> bytes:
+def request_body(cluster_nodes: list[str]) -> bytes:
     pod = ray_worker_pod(FLOOR_GROUP, index=99999)
     pod = json.loads(json.dumps(pod).replace("bench", raycluster_name(0)))
     return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": cluster_nodes},
@@ -484,15 +179,36 @@ def _decode_convert_cost(cluster: Cluster, samples: int = 3000) -> float:
     return (time.perf_counter() - t0) / samples * 1e6
 
 
-def run(n_nodes: int, n_pods: int, events: int, rate: int, quiet_requests: int, *,
-        pace: float = 100.0, admission: bool = True,
-        publish_interval: float | None = None) -> Result:
+@dataclass
+class _Procs:
+    """The double's and raygate's processes, and the pipes to them."""
+
+    double: Any
+    double_conn: Connection
+    raygate: Any
+    raygate_conn: Connection
+
+    def stop(self) -> None:
+        for conn, process in ((self.raygate_conn, self.raygate),
+                              (self.double_conn, self.double)):
+            if process.is_alive():
+                conn.send(("stop",))
+                if conn.poll(30):
+                    conn.recv()
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+
+def _start(n_nodes: int, n_pods: int, admission: bool,
+           publish_interval: float | None) -> tuple[_Procs, dict[str, Any]]:
+    """The double, then raygate following it; what the double said of its pods."""
     ctx = multiprocessing.get_context("spawn")
     double_conn, double_end = ctx.Pipe()
     double = ctx.Process(target=_double_main, args=(double_end, n_nodes, n_pods),
                          name="apiserver-double", daemon=True)
     double.start()
-    info = double_conn.recv()
+    info: dict[str, Any] = double_conn.recv()
     print(f"double: {info['pods']} pods, {info['pod_json_bytes'] / 2**20:.0f} MiB of pod JSON "
           f"(avg {info['pod_json_bytes'] / info['pods'] / 1024:.1f} KiB), built in "
           f"{info['generate_s']:.1f}s", flush=True)
@@ -502,78 +218,100 @@ def run(n_nodes: int, n_pods: int, events: int, rate: int, quiet_requests: int, 
     kubeconfig = workdir / "kubeconfig"
     kubeconfig.write_text(kubeconfig_text(f"http://{HOST}:{info['port']}", TOKEN))
     raygate_conn, raygate_end = ctx.Pipe()
-    raygate = ctx.Process(target=_raygate_main,
+    raygate = ctx.Process(target=raygate_main,
                           args=(raygate_end, str(kubeconfig), admission, publish_interval),
                           name="raygate", daemon=True)
     raygate.start()
+    return _Procs(double, double_conn, raygate, raygate_conn), info
+
+
+def _ready(procs: _Procs, n_nodes: int, n_pods: int) -> dict[str, Any]:
+    if not procs.raygate_conn.poll(READY_TIMEOUT_S):
+        raise RuntimeError("raygate did not become ready")
+    ready: dict[str, Any] = procs.raygate_conn.recv()
+    print(f"raygate: ready in {ready['ready_s']:.2f}s, {ready['counts']}, "
+          f"RSS {ready['rss_kib'] / 1024:.0f} MiB (peak {ready['hwm_kib'] / 1024:.0f})",
+          flush=True)
+    if ready["counts"]["pods"] != n_pods or ready["counts"]["nodes"] != n_nodes:
+        raise RuntimeError(f"cache holds {ready['counts']}, not the cluster")
+    return ready
+
+
+def _caught_up(procs: _Procs, streamed: dict[str, Any]) -> dict[str, Any]:
+    """raygate's state once its cache holds the double's last version."""
+    deadline = time.monotonic() + 60
+    while True:
+        procs.raygate_conn.send(("version",))
+        version: dict[str, Any] = procs.raygate_conn.recv()
+        if (version["pods"] == streamed["resource_version"]
+                and version["applied"] >= streamed["events"] + LONE_EVENTS):
+            return version
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cache at {version['pods']}, API server at "
+                               f"{streamed['resource_version']}")
+        time.sleep(0.05)
+
+
+@dataclass
+class _Measured:
+    quiet: tuple[list[float], list[float]]
+    streaming: tuple[list[float], list[float]]
+    batches: list[tuple[int, float]]
+    rss_after_kib: int
+    decode_us: float
+
+
+def _drive(procs: _Procs, cluster: Cluster, port: int, *, events: int, rate: int,
+           quiet_requests: int, pace: float) -> _Measured:
+    """Filter and prioritize quiet, then while the double streams pod updates."""
+    body = request_body(cluster.node_names)
+    _measure(port, body, lambda: True, at_least=50, at_most=50, pace=0)  # warm up
+    quiet = _measure(port, body, lambda: True, at_least=quiet_requests,
+                     at_most=quiet_requests, pace=pace)
+    procs.raygate_conn.send(("reset",))
+    procs.raygate_conn.recv()
+    # A trickle first: events far enough apart that each is published alone.
+    procs.double_conn.send(("stream", LONE_EVENTS, 10))
+    procs.double_conn.recv()
+    procs.double_conn.send(("stream", events, rate))
+    streaming = _measure(port, body, procs.double_conn.poll, at_least=10, at_most=10**7,
+                         pace=pace)
+    version = _caught_up(procs, procs.double_conn.recv())
+    procs.raygate_conn.send(("batches",))
+    batches: list[tuple[int, float]] = procs.raygate_conn.recv()
+    return _Measured(quiet, streaming, batches, version["rss_kib"],
+                     _decode_convert_cost(cluster))
+
+
+def run(n_nodes: int, n_pods: int, events: int, rate: int, quiet_requests: int, *,
+        pace: float = 100.0, admission: bool = True,
+        publish_interval: float | None = None) -> Result:
+    procs, info = _start(n_nodes, n_pods, admission, publish_interval)
     try:
-        if not raygate_conn.poll(READY_TIMEOUT_S):
-            raise RuntimeError("raygate did not become ready")
-        ready = raygate_conn.recv()
-        print(f"raygate: ready in {ready['ready_s']:.2f}s, {ready['counts']}, "
-              f"RSS {ready['rss_kib'] / 1024:.0f} MiB (peak {ready['hwm_kib'] / 1024:.0f})",
-              flush=True)
-        if ready["counts"]["pods"] != n_pods or ready["counts"]["nodes"] != n_nodes:
-            raise RuntimeError(f"cache holds {ready['counts']}, not the cluster")
-        cluster = build_cluster(n_nodes, n_pods)
-        body = _request_body(cluster.node_names)
-        port = ready["http_port"]
-        _measure(port, body, lambda: True, at_least=50, at_most=50, pace=0)  # warm up
-        quiet_f, quiet_p = _measure(port, body, lambda: True, at_least=quiet_requests,
-                                    at_most=quiet_requests, pace=pace)
-        raygate_conn.send(("reset",))
-        raygate_conn.recv()
-        # A trickle first: events far enough apart that each is published alone.
-        double_conn.send(("stream", LONE_EVENTS, 10))
-        double_conn.recv()
-        double_conn.send(("stream", events, rate))
-        stream_f, stream_p = _measure(port, body, double_conn.poll, at_least=10,
-                                      at_most=10**7, pace=pace)
-        streamed = double_conn.recv()
-        deadline = time.monotonic() + 60
-        while True:  # the cache must catch up with the double's last version
-            raygate_conn.send(("version",))
-            version = raygate_conn.recv()
-            if (version["pods"] == streamed["resource_version"]
-                    and version["applied"] >= streamed["events"] + LONE_EVENTS):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cache at {version['pods']}, API server at "
-                                   f"{streamed['resource_version']}")
-            time.sleep(0.05)
-        raygate_conn.send(("batches",))
-        batches: list[tuple[int, float]] = raygate_conn.recv()
-        decode_us = _decode_convert_cost(cluster)
+        ready = _ready(procs, n_nodes, n_pods)
+        measured = _drive(procs, build_cluster(n_nodes, n_pods), ready["http_port"],
+                          events=events, rate=rate, quiet_requests=quiet_requests, pace=pace)
     finally:
-        for conn, process in ((raygate_conn, raygate), (double_conn, double)):
-            if process.is_alive():
-                conn.send(("stop",))
-                if conn.poll(30):
-                    conn.recv()
-            process.join(10)
-            if process.is_alive():
-                process.kill()
-    per_event = sorted(s / n * 1e6 for n, s in batches if n)
-    singles = sorted(s * 1e6 for n, s in batches if n == 1)
+        procs.stop()
+    batches = measured.batches
+    per_event = [s / n * 1e6 for n, s in batches if n]
     applied = sum(n for n, _ in batches)
-
-    def pct(values: list[float], q: float) -> float:
-        return values[min(len(values) - 1, int(len(values) * q))] if values else 0.0
-
     return Result(
         nodes=n_nodes, pods=n_pods, pod_json_bytes=info["pod_json_bytes"],
         ready_s=ready["ready_s"], rss_mib=ready["rss_kib"] / 1024,
         peak_rss_mib=ready["hwm_kib"] / 1024, events=applied, rate_per_s=rate,
-        batches=len(batches),
-        apply_us_per_event_p50=pct(per_event, 0.5), apply_us_per_event_p99=pct(per_event, 0.99),
+        batches=len(batches), apply_us_per_event_p50=percentile(per_event, 0.5, empty=0.0),
+        apply_us_per_event_p99=percentile(per_event, 0.99, empty=0.0),
         apply_us_per_event_mean=(sum(s for _, s in batches) / applied * 1e6) if applied else 0,
-        single_event_batches_us_p50=pct(singles, 0.5),
-        decode_convert_us_per_event=decode_us,
-        filter_quiet=Latency.of(quiet_f), filter_streaming=Latency.of(stream_f),
-        prioritize_quiet=Latency.of(quiet_p), prioritize_streaming=Latency.of(stream_p),
-        rss_after_stream_mib=version["rss_kib"] / 1024, admission_service=admission,
-        pace_per_s=pace,
-        machine=f"{os.cpu_count()} cores, Python {sys.version.split()[0]}",
+        single_event_batches_us_p50=percentile([s * 1e6 for n, s in batches if n == 1], 0.5,
+                                               empty=0.0),
+        decode_convert_us_per_event=measured.decode_us,
+        filter_quiet=Latency.of(measured.quiet[0]),
+        filter_streaming=Latency.of(measured.streaming[0]),
+        prioritize_quiet=Latency.of(measured.quiet[1]),
+        prioritize_streaming=Latency.of(measured.streaming[1]),
+        rss_after_stream_mib=measured.rss_after_kib / 1024, admission_service=admission,
+        pace_per_s=pace, machine=f"{os.cpu_count()} cores, Python {sys.version.split()[0]}",
     )
 
 
@@ -639,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                  admission=not args.no_admission, publish_interval=args.publish_interval)
     print(report(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(asdict(result), indent=2) + "\n")
+        write_json(args.json, asdict(result), indent=2)
     return 0
 
 

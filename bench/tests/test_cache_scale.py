@@ -8,8 +8,8 @@ import itertools
 import msgspec
 import pytest
 
-from bench import cache_scale
-from bench.cache_sync import PODS_PER_RAYCLUSTER, Cluster, build_cluster
+from bench import cache_scale, cache_scale_load
+from bench.cluster_json import PODS_PER_RAYCLUSTER, Cluster, build_cluster
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def cluster() -> Cluster:
 def test_a_create_carries_no_metadata_the_api_server_sets(cluster: Cluster) -> None:
     for body in [cluster.nodes[0][1], cluster.rayclusters[0][1],
                  *(cluster.render(p) for p in cluster.pods[:3])]:
-        meta = cache_scale._creatable(body)["metadata"]
+        meta = cache_scale_load._creatable(body)["metadata"]
         assert not set(cache_scale.SERVER_SET) & set(meta), meta
         assert meta["name"]
 

@@ -10,7 +10,8 @@ from typing import Any, cast
 import pytest
 
 from bench import payloads
-from bench.scheduler_clock import GATE, BurstClock, latencies, percentile
+from bench.kubeapi import KubeApi
+from bench.scheduler_clock import GATE, BurstClock, latencies
 from bench.scheduler_objects import nodes, rayclusters, worker_pods
 from bench.scheduler_report import (
     Run,
@@ -18,10 +19,10 @@ from bench.scheduler_report import (
     goal,
     histograms,
     markdown,
-    quantile,
     summarise,
 )
-from testbed.api import Api
+from bench.stats import histogram_quantile as quantile
+from bench.stats import percentile, summarize
 
 NAME = "scheduler_framework_extension_point_duration_seconds"
 
@@ -95,7 +96,7 @@ def _pod(name: str, *, gated: bool = False, node: str = "") -> dict[str, Any]:
 
 
 def test_the_clock_sees_added_released_and_bound_once() -> None:
-    clock = BurstClock(cast(Api, None), "/pods", expected=2)
+    clock = BurstClock(cast(KubeApi, None), "/pods", expected=2)
     clock.see(_pod("a", gated=True))
     clock.see(_pod("b"))
     clock.see(_pod("a"))  # the gate gone
@@ -110,10 +111,21 @@ def test_the_clock_sees_added_released_and_bound_once() -> None:
     assert latencies({"a": 1.0, "b": 2.0}, {"a": 1.5}) == [0.5]
 
 
-def test_percentile_interpolates_between_ranks() -> None:
+def test_percentile_is_the_nearest_rank() -> None:
     assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0
-    assert percentile([0.0, 10.0], 0.99) == pytest.approx(9.9)
-    assert math.isnan(percentile([], 0.5))
+    assert percentile([0.0, 10.0], 0.5) == 0.0  # an observed value, never a mean of two
+    assert percentile([0.0, 10.0], 0.99) == 10.0
+    assert percentile(range(1, 101), 0.99) == 99  # the 99th of 100, not the largest
+    assert percentile(range(1, 1001), 0.999) == 999
+    assert percentile(range(1, 11), 0.0) == 1
+    assert math.isnan(percentile([], 0.5)) and percentile([], 0.5, empty=0.0) == 0.0
+
+
+def test_summarize_scales_every_statistic() -> None:
+    got = summarize([3000, 1000, 2000, 4000], 1e-3)
+    assert (got.count, got.p50, got.p99, got.max) == (4, 2.0, 4.0, 4.0)
+    assert got.mean == pytest.approx(2.5)
+    assert summarize([]).count == 0
 
 
 def test_delta_quantiles_count_only_what_the_run_observed() -> None:

@@ -14,13 +14,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.payloads import ray_head_pod, ray_worker_pod
 from raygate.plugin.model import PodView
 from raygate.server.cache import convert, snapshot_files
 from raygate.server.cache.convert import PodViews
 from raygate.server.cache.snapshot_files import demo_text
 from raygate.server.wire import kube
 from testkit.builders import make_pod
+from testkit.ray_pods import ray_head_pod, ray_worker_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 
