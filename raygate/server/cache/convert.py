@@ -18,6 +18,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from raygate.contract.errors import BadRequest
 from raygate.plugin.admission.autoscalers import wanted
 from raygate.plugin.model import (
     EMPTY,
@@ -54,7 +55,10 @@ __all__ = [
 ]
 
 
-class ConversionError(ValueError):
+class ConversionError(BadRequest):
+    """A request's object raygate cannot read is the request's fault: the fronts let it
+    travel as the ``BadRequest`` it is, its path in the message."""
+
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{message} - at `{path}`")
         self.path = path

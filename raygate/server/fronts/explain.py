@@ -31,7 +31,7 @@ from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.http.routes import API_MAX_BODY, AsyncRoute, Request, Response, Route
-from raygate.server.wire import DECODE_ERRORS
+from raygate.server.wire import decode
 from raygate.server.wire.kube import Pod
 
 __all__ = [
@@ -234,16 +234,10 @@ class ExplainService:
         return Response(200, msgspec.json.encode(reply))
 
     def http_post(self, body: bytes) -> bytes:
-        try:
-            request = _BODY.decode(body)
-        except DECODE_ERRORS as exc:
-            raise BadRequest(f"cannot decode explain request: {exc}") from None
+        request = decode(_BODY.decode, body, "explain request")
         if request.pod is None:
             raise MissingField("pod")
-        try:
-            pod = convert.pod_view(request.pod, "$.pod")
-        except convert.ConversionError as exc:
-            raise BadRequest(str(exc)) from None
+        pod = convert.pod_view(request.pod, "$.pod")
         snap = self.cache.snapshot
         return msgspec.json.encode(explain_pod(snap, pod, self.clock(), request.node_names))
 
