@@ -82,7 +82,7 @@ def _nodes_from_list(
     out = []
     for i, raw in enumerate(raw_items):
         path = f"$.Nodes.items[{i}]"
-        node = convert.node_view(decode(wire.decode_node, raw, path), path)
+        node = convert.node_view(decode(kube.NODE.decode, raw, path), path)
         out.append((raw, node.name, gpu_node_reason(node, snap.config) is not None))
     return out
 

@@ -33,11 +33,11 @@ from kubernetes.config.incluster_config import (
 from raygate.server.files import yaml_problem
 from raygate.server.kube.decode import (
     API_RESOURCES,
-    STATUS,
     Decoders,
     decode_line,
     decode_page,
     next_continue,
+    status_of,
 )
 from raygate.server.kube.resources import Served
 from raygate.server.kube.transport import (
@@ -49,7 +49,7 @@ from raygate.server.kube.transport import (
     api_error,
 )
 from raygate.server.kube.writes import Writes
-from raygate.server.wire import DECODE_ERRORS, kube
+from raygate.server.wire import DECODE_ERRORS
 
 __all__ = [
     "ClusterConfigError",
@@ -150,11 +150,7 @@ def _in_cluster(env: Mapping[str, str], files: PodFiles) -> Connection:
 
 
 def _error_from(response: urllib3.BaseHTTPResponse) -> Exception:
-    data = response.data or b""
-    try:
-        status = STATUS.decode(data)
-    except DECODE_ERRORS:
-        status = kube.Status(message=data[:200].decode("utf-8", "replace"))
+    status = status_of(response.data or b"")
     return api_error(response.status, status.reason or (response.reason or ""), status.message)
 
 
