@@ -79,8 +79,9 @@ class Pod(_Base):
     node_name: str
     state: str
     reason: str
-    since: str | None
-    """RFC 3339, UTC, seconds: as Kubernetes writes times."""
+    since: datetime | None
+    """UTC, whole seconds: msgspec writes it in RFC 3339 as Kubernetes writes times
+    (``2026-11-30T04:50:52Z``)."""
     advice: Advice
 
 
@@ -160,16 +161,6 @@ def _name(enum: Any, number: int, names: Iterable[str]) -> str:
     return _json_name(names, proto)
 
 
-def _timestamp(value: str | None) -> Timestamp | None:
-    if value is None:
-        return None
-    return Timestamp(seconds=int(datetime.fromisoformat(value).timestamp()))
-
-
-def _rfc3339(ts: Timestamp) -> str:
-    return datetime.fromtimestamp(ts.seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def to_proto(status: AdmissionStatus) -> pb.AdmissionStatus:
     gang = status.gang
     return pb.AdmissionStatus(
@@ -191,7 +182,7 @@ def to_proto(status: AdmissionStatus) -> pb.AdmissionStatus:
         pods=[pb.Pod(
             name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
             state=pb.Pod.State.ValueType(_enum(pb.Pod.State, p.state)), reason=p.reason,
-            since=_timestamp(p.since),
+            since=None if p.since is None else Timestamp(seconds=int(p.since.timestamp())),
             advice=pb.PodAdvice(
                 action=pb.PodAdvice.Action.ValueType(_enum(pb.PodAdvice.Action, p.advice.action)),
                 reason=p.advice.reason))
@@ -218,7 +209,7 @@ def from_proto(message: pb.AdmissionStatus) -> AdmissionStatus:
         pods=[Pod(
             name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
             state=_name(pb.Pod.State, p.state, POD_STATES), reason=p.reason,
-            since=_rfc3339(p.since) if p.HasField("since") else None,
+            since=p.since.ToDatetime(UTC) if p.HasField("since") else None,
             advice=Advice(_name(pb.PodAdvice.Action, p.advice.action, POD_ACTIONS),
                           p.advice.reason))
             for p in message.pods],
