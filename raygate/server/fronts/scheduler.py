@@ -21,6 +21,7 @@ from raygate.plugin.placement import Decision, Placement, filter_names, score
 from raygate.plugin.victims import Candidate, candidate_of_uids, select_victims
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
+from raygate.server.cache.memo import Memo
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.requeue import StaleRefusals
 from raygate.server.errors import Peer
@@ -53,8 +54,11 @@ class RequestPods:
     """
 
     def __init__(self, limit: int = 256) -> None:
-        self.limit = limit
-        self._views: dict[bytes, PodView] = {}
+        self._views: Memo[bytes, PodView] = Memo(limit)
+
+    @property
+    def limit(self) -> int:
+        return self._views.limit
 
     def view(self, raw: msgspec.Raw | msgspec.UnsetType) -> PodView:
         if raw is msgspec.UNSET:
@@ -68,10 +72,7 @@ class RequestPods:
         # The request holds the Pod raw: the path of what it refuses is put back in the
         # request's.
         view = convert.pod_view(decode(wire.decode_pod, text, at="$.Pod"), "$.Pod")
-        if len(self._views) >= self.limit:
-            del self._views[next(iter(self._views))]
-        self._views[text] = view
-        return view
+        return self._views.put(text, view)
 
 
 def _nodes_from_list(
