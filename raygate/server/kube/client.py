@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from kubernetes.config.incluster_config import (
 from raygate.server.files import yaml_problem
 from raygate.server.kube.decode import (
     API_RESOURCES,
+    RAW_PAGE,
     Decoders,
     decode_line,
     decode_page,
@@ -310,15 +311,35 @@ class KubeTransport(Writes):
                 self._ahead[served.path] = ((limit, token), future)
         return decode_page(data, self._decoders_for(served))
 
+    def list_raw(self, path: str, limit: int = 500) -> Iterator[msgspec.Raw]:
+        """Every item of the collection at ``path``, page by page, left raw for the
+        caller's struct: a LIST read once through (``raygate check``). The watch reads
+        its pages one ``list`` at a time: it starts over when a token expires."""
+        continue_ = ""
+        while True:
+            data = self._page(path, [], limit, continue_, f"LIST {path}")
+            try:
+                page = RAW_PAGE.decode(data)
+            except DECODE_ERRORS as exc:
+                raise TransportError(f"LIST {path}: not a list: {exc}") from None
+            yield from page.items or ()
+            continue_ = page.metadata.continue_
+            if not continue_:
+                return
+
     def _fetch_page(self, served: Served, limit: int, continue_: str) -> bytes:
+        return self._page(served.path, _selected(served), limit, continue_, f"LIST {served}")
+
+    def _page(self, path: str, query: Sequence[tuple[str, str]], limit: int, continue_: str,
+              what: str) -> bytes:
         # No resourceVersion: a consistent read of the latest state (from etcd, or from
         # the watch cache when it is known to be fresh); with a continue token, the next
         # page of that same state.
-        query = [("limit", str(limit)), *_selected(served)]
+        query = [("limit", str(limit)), *query]
         if continue_:
             query.append(("continue", continue_))
-        response = self._get(served.path, query, (self.request_timeout, self.request_timeout))
-        return self._read(response, f"LIST {served}")
+        response = self._get(path, query, (self.request_timeout, self.request_timeout))
+        return self._read(response, what)
 
     def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> _Stream:
         query = [
