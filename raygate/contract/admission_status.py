@@ -8,9 +8,9 @@ describes the same documents; a test checks live replies against it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -29,6 +29,7 @@ __all__ = [
     "ObjectReference",
     "Pod",
     "WatchEvent",
+    "changes",
     "from_proto",
     "list_from_proto",
     "to_proto",
@@ -118,6 +119,26 @@ class WatchEvent(_Base):
 
     type: str
     status: AdmissionStatus | None
+
+
+T = TypeVar("T")
+
+
+def changes(sent: Mapping[tuple[str, str], T], now: Mapping[tuple[str, str], T],
+            version: Callable[[T], str]) -> list[tuple[str, T]]:
+    """The watch events that take a watcher from the statuses ``sent`` to those of ``now``
+    (by namespace and name): ADDED, MODIFIED when the version differs (in ``now``'s
+    order), then DELETED with the last one sent. Both sides of a watch compute them: the
+    server on a change, the HTTP client from successive lists."""
+    events: list[tuple[str, T]] = []
+    for key, item in now.items():
+        last = sent.get(key)
+        if last is None:
+            events.append(("ADDED", item))
+        elif version(last) != version(item):
+            events.append(("MODIFIED", item))
+    events += [("DELETED", last) for key, last in sent.items() if key not in now]
+    return events
 
 
 # --- the same documents as raygate.v1 protobuf messages ---------------------------------
