@@ -93,7 +93,7 @@ def live_inputs(connection: Connection, namespace: str | None,
                     for raw in transport.list_raw(f"/apis/ray.io/v1{scope}/rayclusters")]
         gpu_nodes = sum(
             1 for raw in transport.list_raw("/api/v1/nodes")
-            if gpu_node_reason(convert.node_view(msgspec.json.decode(raw, type=kube.Node)),
+            if gpu_node_reason(convert.node_view(kube.NODE.decode(raw)),
                                config) is not None)
         volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
         kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())
