@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
 
-from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
+from raygate.contract.admission_status import (
+    AdmissionStatus,
+    AdmissionStatusList,
+    WatchEvent,
+    changes,
+)
 
 __all__ = ["SERVICE_ACCOUNT_TOKEN", "AdmissionClient", "Closing", "Statuses", "TlsSettings",
            "Token", "Watch", "diff", "token_file"]
@@ -128,10 +133,7 @@ Statuses = list[AdmissionStatus]  # (inside the classes, `list` is a method)
 def diff(sent: dict[tuple[str, str], AdmissionStatus], items: list[AdmissionStatus],
           ) -> tuple[list[WatchEvent], dict[tuple[str, str], AdmissionStatus]]:
     now = {(s.metadata.namespace, s.metadata.name): s for s in items}
-    events = [WatchEvent("ADDED" if key not in sent else "MODIFIED", status)
-              for key, status in now.items()
-              if key not in sent or sent[key].metadata.version != status.metadata.version]
-    events += [WatchEvent("DELETED", status) for key, status in sent.items() if key not in now]
-    return events, now
+    return [WatchEvent(kind, status) for kind, status in
+            changes(sent, now, lambda s: s.metadata.version)], now
 
 

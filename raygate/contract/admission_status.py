@@ -8,9 +8,9 @@ describes the same documents; a test checks live replies against it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -29,6 +29,7 @@ __all__ = [
     "ObjectReference",
     "Pod",
     "WatchEvent",
+    "changes",
     "from_proto",
     "list_from_proto",
     "to_proto",
@@ -79,8 +80,9 @@ class Pod(_Base):
     node_name: str
     state: str
     reason: str
-    since: str | None
-    """RFC 3339, UTC, seconds: as Kubernetes writes times."""
+    since: datetime | None
+    """UTC, whole seconds: msgspec writes it in RFC 3339 as Kubernetes writes times
+    (``2026-11-30T04:50:52Z``)."""
     advice: Advice
 
 
@@ -117,6 +119,26 @@ class WatchEvent(_Base):
 
     type: str
     status: AdmissionStatus | None
+
+
+T = TypeVar("T")
+
+
+def changes(sent: Mapping[tuple[str, str], T], now: Mapping[tuple[str, str], T],
+            version: Callable[[T], str]) -> list[tuple[str, T]]:
+    """The watch events that take a watcher from the statuses ``sent`` to those of ``now``
+    (by namespace and name): ADDED, MODIFIED when the version differs (in ``now``'s
+    order), then DELETED with the last one sent. Both sides of a watch compute them: the
+    server on a change, the HTTP client from successive lists."""
+    events: list[tuple[str, T]] = []
+    for key, item in now.items():
+        last = sent.get(key)
+        if last is None:
+            events.append(("ADDED", item))
+        elif version(last) != version(item):
+            events.append(("MODIFIED", item))
+    events += [("DELETED", last) for key, last in sent.items() if key not in now]
+    return events
 
 
 # --- the same documents as raygate.v1 protobuf messages ---------------------------------
@@ -160,16 +182,6 @@ def _name(enum: Any, number: int, names: Iterable[str]) -> str:
     return _json_name(names, proto)
 
 
-def _timestamp(value: str | None) -> Timestamp | None:
-    if value is None:
-        return None
-    return Timestamp(seconds=int(datetime.fromisoformat(value).timestamp()))
-
-
-def _rfc3339(ts: Timestamp) -> str:
-    return datetime.fromtimestamp(ts.seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def to_proto(status: AdmissionStatus) -> pb.AdmissionStatus:
     gang = status.gang
     return pb.AdmissionStatus(
@@ -191,7 +203,7 @@ def to_proto(status: AdmissionStatus) -> pb.AdmissionStatus:
         pods=[pb.Pod(
             name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
             state=pb.Pod.State.ValueType(_enum(pb.Pod.State, p.state)), reason=p.reason,
-            since=_timestamp(p.since),
+            since=None if p.since is None else Timestamp(seconds=int(p.since.timestamp())),
             advice=pb.PodAdvice(
                 action=pb.PodAdvice.Action.ValueType(_enum(pb.PodAdvice.Action, p.advice.action)),
                 reason=p.advice.reason))
@@ -218,7 +230,7 @@ def from_proto(message: pb.AdmissionStatus) -> AdmissionStatus:
         pods=[Pod(
             name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
             state=_name(pb.Pod.State, p.state, POD_STATES), reason=p.reason,
-            since=_rfc3339(p.since) if p.HasField("since") else None,
+            since=p.since.ToDatetime(UTC) if p.HasField("since") else None,
             advice=Advice(_name(pb.PodAdvice.Action, p.advice.action, POD_ACTIONS),
                           p.advice.reason))
             for p in message.pods],

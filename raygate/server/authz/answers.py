@@ -3,9 +3,10 @@ half as long and apart from the grants."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
+
+from raygate.server.cache.memo import Memo
 
 K = TypeVar("K", bound=Hashable)
 
@@ -17,8 +18,7 @@ class ExpiringMap(Generic[K, V]):
     """A bounded LRU map whose entries expire. Used on the event loop only: no lock."""
 
     def __init__(self, max_entries: int) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self._entries: Memo[K, tuple[float, V]] = Memo(max_entries)
 
     def get(self, key: K, now: float) -> tuple[bool, V | None]:
         entry = self._entries.get(key)
@@ -27,16 +27,13 @@ class ExpiringMap(Generic[K, V]):
         if entry[0] <= now:
             del self._entries[key]
             return False, None
-        self._entries.move_to_end(key)
+        self._entries.move_to_end(key)  # used: the newest, the last to go
         return True, entry[1]
 
     def put(self, key: K, value: V, ttl: float, now: float) -> None:
         if ttl <= 0:
             return
-        self._entries[key] = (now + ttl, value)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._entries.put(key, (now + ttl, value))
 
 
 class Answers(Generic[K, V]):

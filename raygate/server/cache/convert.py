@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
+from raygate.contract.errors import BadRequest
 from raygate.plugin.admission.autoscalers import wanted
 from raygate.plugin.model import (
     EMPTY,
@@ -36,6 +37,7 @@ from raygate.plugin.model import (
 )
 from raygate.plugin.native import GATE
 from raygate.plugin.quantity import QuantityError, parse_milli
+from raygate.server.cache.memo import Memo
 from raygate.server.wire import kube
 
 __all__ = [
@@ -54,7 +56,10 @@ __all__ = [
 ]
 
 
-class ConversionError(ValueError):
+class ConversionError(BadRequest):
+    """A request's object raygate cannot read is the request's fault: the fronts let it
+    travel as the ``BadRequest`` it is, its path in the message."""
+
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{message} - at `{path}`")
         self.path = path
@@ -129,9 +134,6 @@ def _conditions(conds: list[kube.Condition] | None, path: str) -> tuple[Conditio
     )
 
 
-K = TypeVar("K")
-V = TypeVar("V")
-
 _NONE: Mapping[str, str] = MappingProxyType({})
 
 POD_CONDITIONS = frozenset({"PodScheduled", "Ready", "DisruptionTarget"})
@@ -141,32 +143,16 @@ left out of the views the cache holds: at 150,000 pods they are a quarter of the
 A rule that reads another condition type adds it here."""
 
 
-class _Memo(dict[K, V]):
-    """A dict that forgets everything when it holds ``limit`` entries: bounded, and the
-    shapes a cluster uses now come back at once."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-
-    def keep(self, key: K, value: V) -> V:
-        if len(self) >= self.limit:
-            self.clear()
-        self[key] = value
-        return value
-
-
 class PodViews:
-    """Pods to views, sharing the parts that repeat. The memos are plain dicts, bounded by
-    clearing when full: threads may share an instance (under the GIL a race at worst
-    clears a memo twice)."""
+    """Pods to views, sharing the parts that repeat, each kind in a bounded ``Memo``
+    (threads may share an instance)."""
 
     def __init__(self, limit: int = 50_000) -> None:
-        self._resources: _Memo[tuple[tuple[str, kube.Quantity], ...], Mapping[str, int]] = (
-            _Memo(limit))
-        self._containers: _Memo[tuple[object, ...], ContainerResources] = _Memo(limit)
-        self._labels: _Memo[tuple[tuple[str, str], ...], dict[str, str]] = _Memo(limit)
-        self._times: _Memo[str, float | None] = _Memo(limit)
+        self._resources: Memo[tuple[tuple[str, kube.Quantity], ...], Mapping[str, int]] = (
+            Memo(limit))
+        self._containers: Memo[tuple[object, ...], ContainerResources] = Memo(limit)
+        self._labels: Memo[tuple[tuple[str, str], ...], dict[str, str]] = Memo(limit)
+        self._times: Memo[str, float | None] = Memo(limit)
 
     def __call__(self, pod: kube.Pod, path: str = "$") -> PodView:
         meta, spec, status = pod.metadata, pod.spec, pod.status
@@ -223,7 +209,7 @@ class PodViews:
             return _NONE
         key = tuple(labels.items())
         shared = self._labels.get(key)
-        return shared if shared is not None else self._labels.keep(key, labels)
+        return shared if shared is not None else self._labels.put(key, labels)
 
     def _quantities(self, values: kube.ResourceList | None, path: str, where: str,
                     index: int = 0) -> Mapping[str, int]:
@@ -233,7 +219,7 @@ class PodViews:
         shared = self._resources.get(key)
         if shared is None:
             where = where % index if "%" in where else where
-            shared = self._resources.keep(key, resources(values, path + where))
+            shared = self._resources.put(key, resources(values, path + where))
         return shared
 
     def _container(self, c: kube.Container, path: str, where: str,
@@ -248,7 +234,7 @@ class PodViews:
         shared = self._containers.get(key)
         if shared is None:
             at = path + where % index
-            shared = self._containers.keep(key, ContainerResources(
+            shared = self._containers.put(key, ContainerResources(
                 requests=self._quantities(res.requests, at, ".resources.requests"),
                 limits=self._quantities(res.limits, at, ".resources.limits"),
                 sidecar=sidecar,
@@ -262,7 +248,7 @@ class PodViews:
         seconds = self._times.get(value)
         if seconds is None:
             where = where % index if "%" in where else where
-            seconds = self._times.keep(value, timestamp(value, path + where))
+            seconds = self._times.put(value, timestamp(value, path + where))
         return seconds
 
 

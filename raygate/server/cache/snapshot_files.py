@@ -155,9 +155,7 @@ class _Builder:
         try:
             wire = msgspec.convert(obj, type=known[1], strict=False)
             self._add(wire, where)
-        except msgspec.ValidationError as exc:
-            raise SnapshotError(f"{where}: {exc}") from None
-        except convert.ConversionError as exc:
+        except (msgspec.ValidationError, convert.ConversionError) as exc:
             raise SnapshotError(f"{where}: {exc}") from None
 
     def _add(self, wire: msgspec.Struct, where: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, BinaryIO, TextIO
 
 import msgspec
@@ -82,23 +82,6 @@ def _check_file(path: str, config: PolicyConfig, report: Report, *, kuberay: str
                             for f in _document_findings(doc, config, kuberay, report)]
 
 
-class _Page(msgspec.Struct):
-    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
-    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-def _list_all(transport: KubeTransport, path: str) -> Iterator[msgspec.Raw]:
-    """Every item of a collection, page by page (``limit`` + ``continue``)."""
-    token = ""
-    while True:
-        query = [("limit", "500")] + ([("continue", token)] if token else [])
-        page = msgspec.json.decode(transport.get(path, query), type=_Page)
-        yield from page.items
-        token = str(page.metadata.get("continue") or "")
-        if not token:
-            return
-
-
 def live_inputs(connection: Connection, namespace: str | None,
                 config: PolicyConfig) -> tuple[list[LintCluster], ClusterFacts]:
     """The RayClusters (of one namespace, or all) and what raygate sees of the cluster:
@@ -107,10 +90,10 @@ def live_inputs(connection: Connection, namespace: str | None,
     try:
         scope = f"/namespaces/{namespace}" if namespace else ""
         clusters = [lint_cluster(msgspec.json.decode(raw, type=RayClusterManifest))
-                    for raw in _list_all(transport, f"/apis/ray.io/v1{scope}/rayclusters")]
+                    for raw in transport.list_raw(f"/apis/ray.io/v1{scope}/rayclusters")]
         gpu_nodes = sum(
-            1 for raw in _list_all(transport, "/api/v1/nodes")
-            if gpu_node_reason(convert.node_view(msgspec.json.decode(raw, type=kube.Node)),
+            1 for raw in transport.list_raw("/api/v1/nodes")
+            if gpu_node_reason(convert.node_view(kube.NODE.decode(raw)),
                                config) is not None)
         volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
         kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())

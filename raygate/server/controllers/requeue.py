@@ -34,6 +34,7 @@ from raygate.contract.logs import about
 from raygate.plugin.model import PodView
 from raygate.plugin.placement import Decision, Rule, decide
 from raygate.server.cache.cluster import ClusterCache
+from raygate.server.cache.memo import Memo
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.metrics.registry import Metrics
 
@@ -64,12 +65,11 @@ class StaleRefusals:
         self.clock = clock
         self.annotate = annotate
         self.metrics = metrics
-        self.limit = limit
         self.delay_seconds = delay_seconds
         """How long a publish waits before the check: a burst of publishes makes one."""
         self.clock_seconds = clock_seconds
         self.ttl_seconds = ttl_seconds
-        self._refused: dict[str, _Refused] = {}
+        self._refused: Memo[str, _Refused] = Memo(limit)
         self._checked: Snapshot | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -80,15 +80,22 @@ class StaleRefusals:
     def __len__(self) -> int:
         return len(self._refused)
 
+    @property
+    def limit(self) -> int:
+        """How many pods it remembers; the oldest noted goes first."""
+        return self._refused.limit
+
+    @limit.setter
+    def limit(self, limit: int) -> None:
+        self._refused.limit = limit
+
     # --- the hot path -------------------------------------------------------------------
     def note(self, pod: PodView, decision: Decision) -> None:
         """filter refused ``pod`` GPU nodes on ``decision`` (a dict write: on the hot path)."""
         if pod.uid in self._refused:
             return
-        if len(self._refused) >= self.limit:
-            del self._refused[next(iter(self._refused))]
-        self._refused[pod.uid] = _Refused(pod, decision.rule, self.clock(),
-                                          decision.clock_dependent)
+        self._refused.put(pod.uid, _Refused(pod, decision.rule, self.clock(),
+                                            decision.clock_dependent))
         if decision.clock_dependent:
             self._wake(self.clock_seconds)
 

@@ -9,6 +9,7 @@ import logging
 from raygate.contract.logs import about
 from raygate.plugin.model import PodView
 from raygate.plugin.placement import Decision, decide
+from raygate.server.cache.memo import Memo
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.metrics.registry import VerbMetrics
 
@@ -56,11 +57,14 @@ class DecisionMemo:
     """
 
     def __init__(self, limit: int = 16) -> None:
-        self.limit = limit
-        self._entries: dict[int, tuple[PodView, int, Decision]] = {}
+        self._entries: Memo[int, tuple[PodView, int, Decision]] = Memo(limit)
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def limit(self) -> int:
+        return self._entries.limit
 
     def get(self, pod: PodView, snap: Snapshot) -> Decision | None:
         """The decision kept for ``pod`` on ``snap``, or None."""
@@ -72,10 +76,5 @@ class DecisionMemo:
     def put(self, pod: PodView, snap: Snapshot, decision: Decision) -> None:
         """Keep ``decision`` for ``pod`` on ``snap`` (replacing the pod's earlier one); the
         oldest entry goes when full."""
-        if decision.clock_dependent:
-            return
-        key = id(pod)
-        self._entries.pop(key, None)
-        if len(self._entries) >= self.limit:
-            del self._entries[next(iter(self._entries))]
-        self._entries[key] = (pod, snap.serial, decision)
+        if not decision.clock_dependent:
+            self._entries.put(id(pod), (pod, snap.serial, decision))

@@ -31,7 +31,7 @@ from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.http.routes import API_MAX_BODY, AsyncRoute, Request, Response, Route
-from raygate.server.wire import DECODE_ERRORS
+from raygate.server.wire import decode, utc_seconds
 from raygate.server.wire.kube import Pod
 
 __all__ = [
@@ -71,7 +71,7 @@ class ExplainReply(_Base, kw_only=True):
     rule: str
     role: str
     reason: str
-    thrash_guard_until: str | None
+    thrash_guard_until: datetime | None
     thrash_guard_active: bool
     admission_state: str | None = None
     admission_reason: str | None = None
@@ -79,16 +79,10 @@ class ExplainReply(_Base, kw_only=True):
     nodes: list[NodeReply]
 
 
-def _rfc3339(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def to_wire(e: Explanation) -> ExplainReply:
     return ExplainReply(
         pod=e.pod, verdict=e.verdict, rule=e.rule, role=e.role, reason=e.reason,
-        thrash_guard_until=_rfc3339(e.thrash_guard_until),
+        thrash_guard_until=utc_seconds(e.thrash_guard_until),
         thrash_guard_active=e.thrash_guard_active,
         admission_state=e.admission_state or None,
         admission_reason=e.admission_reason or None,
@@ -113,14 +107,13 @@ def explain_pod(snap: Snapshot, pod: PodView, now: float,
 
 
 def render_table(reply: ExplainReply) -> str:
+    until = msgspec.to_builtins(reply.thrash_guard_until)  # as the JSON writes it
     lines = [
         f"pod {reply.pod}: {reply.verdict} ({reply.rule})"
         + (f", role {reply.role}" if reply.role else ""),
         f"  why: {reply.reason}",
-        "  thrash guard: " + (f"active until {reply.thrash_guard_until}"
-                              if reply.thrash_guard_active else
-                              f"off (last ended {reply.thrash_guard_until})"
-                              if reply.thrash_guard_until else "off"),
+        "  thrash guard: " + (f"active until {until}" if reply.thrash_guard_active else
+                              f"off (last ended {until})" if until else "off"),
     ]
     if reply.admission_state:
         lines.append(f"  admission: {reply.admission_state}: {reply.admission_reason}")
@@ -138,8 +131,7 @@ def render_table(reply: ExplainReply) -> str:
 def to_proto(reply: ExplainReply) -> pb.Explanation:
     until = None
     if reply.thrash_guard_until is not None:
-        until = Timestamp(seconds=int(datetime.fromisoformat(reply.thrash_guard_until)
-                                      .timestamp()))
+        until = Timestamp(seconds=int(reply.thrash_guard_until.timestamp()))
     return pb.Explanation(
         pod=reply.pod, verdict=reply.verdict, rule=reply.rule, role=reply.role,
         reason=reply.reason, thrash_guard_until=until,
@@ -157,7 +149,7 @@ def to_proto(reply: ExplainReply) -> pb.Explanation:
 def from_proto(message: pb.Explanation) -> ExplainReply:
     until = None
     if message.HasField("thrash_guard_until"):
-        until = _rfc3339(float(message.thrash_guard_until.seconds))
+        until = message.thrash_guard_until.ToDatetime(UTC)
     return ExplainReply(
         pod=message.pod, verdict=message.verdict, rule=message.rule, role=message.role,
         reason=message.reason, thrash_guard_until=until,
@@ -234,16 +226,10 @@ class ExplainService:
         return Response(200, msgspec.json.encode(reply))
 
     def http_post(self, body: bytes) -> bytes:
-        try:
-            request = _BODY.decode(body)
-        except DECODE_ERRORS as exc:
-            raise BadRequest(f"cannot decode explain request: {exc}") from None
+        request = decode(_BODY.decode, body, "explain request")
         if request.pod is None:
             raise MissingField("pod")
-        try:
-            pod = convert.pod_view(request.pod, "$.pod")
-        except convert.ConversionError as exc:
-            raise BadRequest(str(exc)) from None
+        pod = convert.pod_view(request.pod, "$.pod")
         snap = self.cache.snapshot
         return msgspec.json.encode(explain_pod(snap, pod, self.clock(), request.node_names))
 

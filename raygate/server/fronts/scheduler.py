@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
-from raygate.contract.errors import BadRequest, MissingField
+from raygate.contract.errors import MissingField
 from raygate.contract.logs import about
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.model import PodView
@@ -23,12 +22,13 @@ from raygate.plugin.placement import Decision, Placement, filter_names, score
 from raygate.plugin.victims import Candidate, candidate_of_uids, select_victims
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
+from raygate.server.cache.memo import Memo
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.requeue import StaleRefusals
 from raygate.server.fronts.decisions import DecisionMemo, count_decision, decide_counted
 from raygate.server.http.routes import Route
 from raygate.server.metrics.registry import Metrics, VerbMetrics
-from raygate.server.wire import DECODE_ERRORS, kube
+from raygate.server.wire import decode, kube
 from raygate.server.wire import scheduler as wire
 
 __all__ = ["SchedulerExtender", "scheduler_routes"]
@@ -41,10 +41,7 @@ _encode = msgspec.json.encode
 def _request_pod(pod: kube.Pod | msgspec.UnsetType | None) -> PodView:
     if not isinstance(pod, kube.Pod):  # absent (UNSET) or null
         raise MissingField("Pod")
-    try:
-        return convert.pod_view(pod, "$.Pod")
-    except convert.ConversionError as exc:
-        raise BadRequest(str(exc)) from None
+    return convert.pod_view(pod, "$.Pod")
 
 
 class RequestPods:
@@ -57,8 +54,11 @@ class RequestPods:
     """
 
     def __init__(self, limit: int = 256) -> None:
-        self.limit = limit
-        self._views: dict[bytes, PodView] = {}
+        self._views: Memo[bytes, PodView] = Memo(limit)
+
+    @property
+    def limit(self) -> int:
+        return self._views.limit
 
     def view(self, raw: msgspec.Raw | msgspec.UnsetType) -> PodView:
         if raw is msgspec.UNSET:
@@ -69,27 +69,10 @@ class RequestPods:
             return view
         if text == b"null":
             raise MissingField("Pod")
-        try:
-            view = convert.pod_view(wire.decode_pod(text), "$.Pod")
-        except DECODE_ERRORS as exc:
-            # The Pod was decoded on its own: put its place in the request back.
-            message = str(exc)
-            message = (message.replace("`$", "`$.Pod") if " - at `$" in message
-                       else f"{message} - at `$.Pod`")
-            raise BadRequest(f"cannot decode request: {message}") from None
-        except convert.ConversionError as exc:
-            raise BadRequest(str(exc)) from None
-        if len(self._views) >= self.limit:
-            del self._views[next(iter(self._views))]
-        self._views[text] = view
-        return view
-
-
-def _decode(decoder: Callable[[bytes], Any], body: bytes) -> Any:
-    try:
-        return decoder(body)
-    except DECODE_ERRORS as exc:
-        raise BadRequest(f"cannot decode request: {exc}") from None
+        # The request holds the Pod raw: the path of what it refuses is put back in the
+        # request's.
+        view = convert.pod_view(decode(wire.decode_pod, text, at="$.Pod"), "$.Pod")
+        return self._views.put(text, view)
 
 
 def _nodes_from_list(
@@ -99,12 +82,8 @@ def _nodes_from_list(
     the scheduler sent: in that mode they are the truth, whatever the cache holds."""
     out = []
     for i, raw in enumerate(raw_items):
-        try:
-            node = convert.node_view(wire.decode_node(raw), f"$.Nodes.items[{i}]")
-        except DECODE_ERRORS as exc:
-            raise BadRequest(f"cannot decode $.Nodes.items[{i}]: {exc}") from None
-        except convert.ConversionError as exc:
-            raise BadRequest(str(exc)) from None
+        path = f"$.Nodes.items[{i}]"
+        node = convert.node_view(decode(kube.NODE.decode, raw, path), path)
         out.append((raw, node.name, gpu_node_reason(node, snap.config) is not None))
     return out
 
@@ -147,7 +126,7 @@ class SchedulerExtender:
         return decision
 
     def filter(self, body: bytes) -> bytes:
-        args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
+        args = decode(wire.decode_filter_args, body)
         pod = self.request_pods.view(args.pod)
         snap = self.cache.snapshot
         decision = self._decide(pod, snap, "filter", self._filter_metrics)
@@ -183,7 +162,7 @@ class SchedulerExtender:
             self.stale_refusals.note(pod, decision)
 
     def prioritize(self, body: bytes) -> bytes:
-        args: wire.FilterArgs = _decode(wire.decode_filter_args, body)
+        args = decode(wire.decode_filter_args, body)
         pod = self.request_pods.view(args.pod)
         snap = self.cache.snapshot
         decision = self._decide(pod, snap, "prioritize", self._prioritize_metrics)
@@ -206,7 +185,7 @@ class SchedulerExtender:
         return b"[]"
 
     def preempt(self, body: bytes) -> bytes:
-        args: wire.PreemptArgs = _decode(wire.decode_preempt_args, body)
+        args = decode(wire.decode_preempt_args, body)
         preemptor = _request_pod(args.pod)
         snap = self.cache.snapshot
         candidates = self._candidates(args, snap)
@@ -262,11 +241,8 @@ class SchedulerExtender:
                 pods = (full_victims.pods if full_victims else None) or ()
                 views = []
                 for i, victim in enumerate(pods):
-                    try:
-                        path = f"$.NodeNameToVictims.{node_name}.Pods[{i}]"
-                        views.append(convert.pod_view(victim, path))
-                    except convert.ConversionError as exc:
-                        raise BadRequest(str(exc)) from None
+                    path = f"$.NodeNameToVictims.{node_name}.Pods[{i}]"
+                    views.append(convert.pod_view(victim, path))
                 candidates.append(Candidate(
                     node_name, tuple(views), (),
                     full_victims.num_pdb_violations if full_victims else 0))

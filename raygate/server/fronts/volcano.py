@@ -12,11 +12,10 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
-from raygate.contract.errors import BadRequest, MissingField
+from raygate.contract.errors import MissingField
 from raygate.contract.logs import about
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.model import PodView
@@ -28,7 +27,7 @@ from raygate.server.cache.snapshot import Snapshot
 from raygate.server.fronts.decisions import decide_counted
 from raygate.server.http.routes import Gate, Route
 from raygate.server.metrics.registry import Metrics, VerbMetrics
-from raygate.server.wire import DECODE_ERRORS, kube
+from raygate.server.wire import decode, kube
 from raygate.server.wire import volcano as wire
 
 __all__ = ["VolcanoExtender", "volcano_routes"]
@@ -44,13 +43,6 @@ ABSTAIN = _encode(wire.VoteResponse(status=0))
 VETO = _encode(wire.VictimsResponse(status=-1, victims=[]))
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, verb: str) -> Any:
-    try:
-        return decoder.decode(body)
-    except DECODE_ERRORS as exc:
-        raise BadRequest(f"cannot decode {verb} request: {exc}") from None
-
-
 def _task_pod(task: wire.TaskInfo | msgspec.UnsetType | None, key: str) -> PodView:
     """The task's Pod as a policy view; the TaskInfo's NodeName fills in a Pod not yet
     bound in its own spec (Volcano places tasks in-session before binding them)."""
@@ -58,10 +50,7 @@ def _task_pod(task: wire.TaskInfo | msgspec.UnsetType | None, key: str) -> PodVi
         raise MissingField(key)
     if task.pod is None:
         raise MissingField(f"{key}.Pod")
-    try:
-        pod = convert.pod_view(task.pod, f"$.{key}.Pod")
-    except convert.ConversionError as exc:
-        raise BadRequest(str(exc)) from None
+    pod = convert.pod_view(task.pod, f"$.{key}.Pod")
     if task.node_name and not pod.node_name:
         pod = dataclasses.replace(pod, node_name=task.node_name)
     return pod
@@ -91,12 +80,8 @@ class VolcanoExtender:
             # Node), so counting here costs the common path nothing.
             metrics.unknown_nodes.inc()
             return False
-        try:
-            view = convert.node_view(kube.NODE.decode(node.node), f"{path}.Node")
-        except DECODE_ERRORS as exc:
-            raise BadRequest(f"cannot decode {path}.Node: {exc}") from None
-        except convert.ConversionError as exc:
-            raise BadRequest(str(exc)) from None
+        view = convert.node_view(decode(kube.NODE.decode, node.node, f"{path}.Node"),
+                                 f"{path}.Node")
         return gpu_node_reason(view, snap.config) is not None
 
     def session(self, _: bytes) -> bytes:
@@ -106,7 +91,7 @@ class VolcanoExtender:
         return b"{}"
 
     def predicate(self, body: bytes) -> bytes:
-        request: wire.PredicateRequest = _decode(wire.PREDICATE_REQUEST, body, "predicate")
+        request = decode(wire.PREDICATE_REQUEST.decode, body, "predicate request")
         pod = _task_pod(request.task, "task")
         if not isinstance(request.node, wire.NodeInfo):
             raise MissingField("node")
@@ -122,7 +107,7 @@ class VolcanoExtender:
         return _encode(wire.PredicateResponse(status=refusal, code=UNSCHEDULABLE_AND_UNRESOLVABLE))
 
     def prioritize(self, body: bytes) -> bytes:
-        request: wire.PrioritizeRequest = _decode(wire.PRIORITIZE_REQUEST, body, "prioritize")
+        request = decode(wire.PRIORITIZE_REQUEST.decode, body, "prioritize request")
         pod = _task_pod(request.task, "task")
         snap = self.cache.snapshot
         metrics = self._prioritize_metrics
@@ -138,15 +123,12 @@ class VolcanoExtender:
 
     def victims(self, body: bytes) -> bytes:
         """preemptable and reclaimable: the same request, the same rules."""
-        request: wire.VictimsRequest = _decode(wire.VICTIMS_REQUEST, body, "preemptable")
+        request = decode(wire.VICTIMS_REQUEST.decode, body, "preemptable request")
         evictor = _task_pod(request.evictor, "evictor")
         raw_evictees = request.evictees if isinstance(request.evictees, list) else []
         evictees: list[PodView] = []
         for i, raw in enumerate(raw_evictees):
-            try:
-                task = wire.TASK_INFO.decode(raw)
-            except DECODE_ERRORS as exc:
-                raise BadRequest(f"cannot decode $.evictees[{i}]: {exc}") from None
+            task = decode(wire.TASK_INFO.decode, raw, f"$.evictees[{i}]")
             evictees.append(_task_pod(task, f"evictees[{i}]"))
         snap = self.cache.snapshot
         # The evictor's placement, as predicate decides it: no evictee goes from a node
@@ -167,8 +149,7 @@ class VolcanoExtender:
     def job_enqueueable(self, body: bytes) -> bytes:
         """Abstains; the JobInfo is parsed and logged for a later opt-in all-or-nothing
         overflow scale-up."""
-        request: wire.JobEnqueueableRequest = _decode(wire.JOB_ENQUEUEABLE_REQUEST, body,
-                                                      "jobEnqueueable")
+        request = decode(wire.JOB_ENQUEUEABLE_REQUEST.decode, body, "jobEnqueueable request")
         if isinstance(request.job, wire.JobInfo) and log.isEnabledFor(logging.DEBUG):
             job = request.job
             log.debug("jobEnqueueable %s/%s queue=%s minAvailable=%d: abstain",

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from raygate.contract.errors import BadRequest, MissingField
+from raygate.contract.errors import MissingField
 from raygate.contract.logs import about
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE
@@ -34,8 +34,8 @@ from raygate.plugin.native import GATE
 from raygate.plugin.quantity import QuantityError, parse_milli
 from raygate.server.http.routes import Route
 from raygate.server.metrics.registry import Metrics
-from raygate.server.wire import DECODE_ERRORS
 from raygate.server.wire import admission_review as wire
+from raygate.server.wire import decode
 
 __all__ = ["MARKER", "RayPodWebhook"]
 
@@ -120,10 +120,7 @@ class RayPodWebhook:
         self.marker = marker
 
     def mutate(self, body: bytes) -> bytes:
-        try:
-            review = _REVIEW.decode(body)
-        except DECODE_ERRORS as exc:
-            raise BadRequest(f"cannot decode AdmissionReview: {exc}") from None
+        review = decode(_REVIEW.decode, body, "AdmissionReview")
         request = review.request
         if request is None or not request.uid:
             raise MissingField("request.uid")

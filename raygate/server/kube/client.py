@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +33,12 @@ from kubernetes.config.incluster_config import (
 from raygate.server.files import yaml_problem
 from raygate.server.kube.decode import (
     API_RESOURCES,
-    STATUS,
+    RAW_PAGE,
     Decoders,
     decode_line,
     decode_page,
     next_continue,
+    status_of,
 )
 from raygate.server.kube.resources import Served
 from raygate.server.kube.transport import (
@@ -49,7 +50,7 @@ from raygate.server.kube.transport import (
     api_error,
 )
 from raygate.server.kube.writes import Writes
-from raygate.server.wire import DECODE_ERRORS, kube
+from raygate.server.wire import DECODE_ERRORS
 
 __all__ = [
     "ClusterConfigError",
@@ -150,11 +151,7 @@ def _in_cluster(env: Mapping[str, str], files: PodFiles) -> Connection:
 
 
 def _error_from(response: urllib3.BaseHTTPResponse) -> Exception:
-    data = response.data or b""
-    try:
-        status = STATUS.decode(data)
-    except DECODE_ERRORS:
-        status = kube.Status(message=data[:200].decode("utf-8", "replace"))
+    status = status_of(response.data or b"")
     return api_error(response.status, status.reason or (response.reason or ""), status.message)
 
 
@@ -314,15 +311,35 @@ class KubeTransport(Writes):
                 self._ahead[served.path] = ((limit, token), future)
         return decode_page(data, self._decoders_for(served))
 
+    def list_raw(self, path: str, limit: int = 500) -> Iterator[msgspec.Raw]:
+        """Every item of the collection at ``path``, page by page, left raw for the
+        caller's struct: a LIST read once through (``raygate check``). The watch reads
+        its pages one ``list`` at a time: it starts over when a token expires."""
+        continue_ = ""
+        while True:
+            data = self._page(path, [], limit, continue_, f"LIST {path}")
+            try:
+                page = RAW_PAGE.decode(data)
+            except DECODE_ERRORS as exc:
+                raise TransportError(f"LIST {path}: not a list: {exc}") from None
+            yield from page.items or ()
+            continue_ = page.metadata.continue_
+            if not continue_:
+                return
+
     def _fetch_page(self, served: Served, limit: int, continue_: str) -> bytes:
+        return self._page(served.path, _selected(served), limit, continue_, f"LIST {served}")
+
+    def _page(self, path: str, query: Sequence[tuple[str, str]], limit: int, continue_: str,
+              what: str) -> bytes:
         # No resourceVersion: a consistent read of the latest state (from etcd, or from
         # the watch cache when it is known to be fresh); with a continue token, the next
         # page of that same state.
-        query = [("limit", str(limit)), *_selected(served)]
+        query = [("limit", str(limit)), *query]
         if continue_:
             query.append(("continue", continue_))
-        response = self._get(served.path, query, (self.request_timeout, self.request_timeout))
-        return self._read(response, f"LIST {served}")
+        response = self._get(path, query, (self.request_timeout, self.request_timeout))
+        return self._read(response, what)
 
     def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> _Stream:
         query = [

@@ -100,14 +100,13 @@ def decode_line(line: bytes, decoders: Decoders) -> WatchLine:
     return WatchLine(event.type, obj=event.object)
 
 
-def status_of(raw: msgspec.Raw) -> kube.Status:
+def status_of(raw: bytes | msgspec.Raw) -> kube.Status:
+    """The Status an API server's error reply or ERROR event carries; a body that is not
+    one (a proxy's page) becomes the message."""
     try:
         return STATUS.decode(raw)
     except DECODE_ERRORS:
         return kube.Status(message=bytes(raw)[:200].decode("utf-8", "replace"))
-
-
-LIST_HEAD = msgspec.json.Decoder(kube.ObjectList[msgspec.Raw])
 
 
 def next_continue(data: bytes) -> str:
@@ -118,7 +117,7 @@ def next_continue(data: bytes) -> str:
     if end < 0:
         return ""
     try:
-        head = LIST_HEAD.decode(data[:end].rstrip(b", \n") + b"}")
+        head = RAW_PAGE.decode(data[:end].rstrip(b", \n") + b"}")
     except DECODE_ERRORS:
         return ""
     return head.metadata.continue_

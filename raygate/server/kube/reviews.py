@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes.config.config_exception import ConfigException
 
 from raygate.server.kube.client import Connection
-from raygate.server.wire import kube
+from raygate.server.kube.decode import status_of
 
 __all__ = [
     "GROUP",
@@ -182,7 +182,6 @@ class _AccessReviewReply(msgspec.Struct):
 
 _TOKEN_REPLY = msgspec.json.Decoder(_TokenReviewReply)
 _ACCESS_REPLY = msgspec.json.Decoder(_AccessReviewReply)
-_STATUS = msgspec.json.Decoder(kube.Status)
 
 
 _Reply = TypeVar("_Reply", _TokenReviewReply, _AccessReviewReply)
@@ -263,10 +262,7 @@ class KubeReviewer:
             raise ReviewUnavailable(f"{what}: {exc.reason}") from None
         # Reviews are "created" but never stored: 201 Created, or 200 from some proxies.
         if response.status not in (200, 201):
-            try:
-                message = _STATUS.decode(data).message
-            except msgspec.DecodeError:
-                message = data[:200].decode("utf-8", "replace")
+            message = status_of(data).message
             hint = (" (raygate's ClusterRole needs create on tokenreviews and "
                     "subjectaccessreviews)" if response.status == 403 else "")
             raise ReviewUnavailable(f"{what}: {response.status}: {message}{hint}")

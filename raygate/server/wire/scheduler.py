@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from raygate.server.wire.kube import Node, Pod
+from raygate.server.wire.kube import Pod
 
 __all__ = [
     "FilterArgs",
@@ -140,13 +140,9 @@ def decode_preempt_args(body: bytes) -> PreemptArgs:
     return args
 
 
-_NODE = msgspec.json.Decoder(Node)
 _POD = msgspec.json.Decoder(Pod)
 
 
 def decode_pod(raw: bytes) -> Pod:
     return _POD.decode(raw)
 
-
-def decode_node(raw: msgspec.Raw) -> Node:
-    return _NODE.decode(raw)

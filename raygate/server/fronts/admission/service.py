@@ -32,6 +32,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
+from raygate.contract.admission_status import changes
 from raygate.contract.errors import RayClusterNotFound
 from raygate.contract.logs import about
 from raygate.plugin.admission import admission_inputs, admission_status
@@ -310,12 +311,8 @@ class AdmissionService:
         while not self.closed:
             woken = signal.arm()  # before reading: a change after the read wakes it
             entries = {e.key: e for e in self.current().select(scope)}
-            events: list[tuple[str, Entry | None]] = []
-            for key, entry in entries.items():
-                last = sent.get(key)
-                if last is None or last.version != entry.version:
-                    events.append(("ADDED" if last is None else "MODIFIED", entry))
-            events += [("DELETED", sent[key]) for key in sent if key not in entries]
+            events: list[tuple[str, Entry | None]] = [
+                *changes(sent, entries, lambda e: e.version)]
             sent = entries
             if not synced:
                 events.append(("SYNCED", None))

@@ -5,8 +5,6 @@ carry over from the one before (what an edit did not touch)."""
 from __future__ import annotations
 
 import hashlib
-import math
-from datetime import UTC, datetime
 
 import msgspec
 
@@ -14,6 +12,7 @@ from raygate.contract import admission_status as wire
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 from raygate.plugin.admission import AdmissionStatus, Derivation
 from raygate.server.cache.snapshot import Changes, Snapshot
+from raygate.server.wire import utc_seconds
 
 Key = tuple[str, str]
 """(namespace, name) of a RayCluster."""
@@ -21,13 +20,6 @@ Key = tuple[str, str]
 
 Scope = tuple[str | None, str | None]
 """(namespace, name), None for "any": a cluster, a namespace, or everything."""
-
-
-def rfc3339(epoch: float | None) -> str | None:
-    """Seconds since the epoch to RFC 3339 in UTC, whole seconds, as Kubernetes writes."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(math.floor(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def to_wire(status: AdmissionStatus, version: str) -> wire.AdmissionStatus:
@@ -47,7 +39,7 @@ def to_wire(status: AdmissionStatus, version: str) -> wire.AdmissionStatus:
             for g in status.groups],
         pods=[wire.Pod(
             name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
-            state=p.state.value, reason=p.reason, since=rfc3339(p.since),
+            state=p.state.value, reason=p.reason, since=utc_seconds(p.since),
             advice=wire.Advice(p.advice.value, p.advice_reason))
             for p in status.pods],
     )
