@@ -126,12 +126,12 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     import uvloop
 
     from raygate.plugin.config import PolicyConfig
+    from raygate.server.app import build_server
     from raygate.server.cache import convert
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.cache.editor import build_snapshot
     from raygate.server.cache.snapshot_files import load_text
     from raygate.server.listeners import bind_socket
-    from raygate.server.server import RaygateServer
     from raygate.server.wire import kube
 
     _pin(0)
@@ -144,7 +144,7 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
         for i in range(VARIANTS)]
     cache = ClusterCache(config, "bench")
     cache.publish(variants[0])
-    server = RaygateServer(cache, bind_socket(HOST, http_port), f"{HOST}:{grpc_port}")
+    server = build_server(cache, bind_socket(HOST, http_port), f"{HOST}:{grpc_port}")
     stop = threading.Event()
 
     def publisher() -> None:
