@@ -266,3 +266,12 @@ def test_a_first_list_indexes_pods_as_upserts_do(
     for i, p in enumerate(listed):
         upserted.upsert(p, str(i))
     assert_same_answers(loaded.finish(), upserted.finish())
+
+
+def test_the_editing_indexes_are_declared_as_the_snapshot_indexes_are() -> None:
+    """``Editing`` declares (for the type checker) an editor per field of ``Indexes``."""
+    from dataclasses import fields
+
+    from raygate.server.cache.indexes import Editing, Indexes
+
+    assert list(Editing.__annotations__) == [f.name for f in fields(Indexes)]
