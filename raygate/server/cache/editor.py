@@ -7,7 +7,6 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import cast
 
-import msgspec
 from immutables import Map
 
 from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_record
@@ -23,7 +22,6 @@ from raygate.plugin.model import (
     RayClusterView,
     WorkloadView,
 )
-from raygate.plugin.placement import score
 from raygate.server.cache.autoscaling import AUTOSCALER_KINDS, AutoscalerTables
 from raygate.server.cache.indexes import Editing
 from raygate.server.cache.keys import (
@@ -43,11 +41,6 @@ from raygate.server.cache.keys import (
 from raygate.server.cache.maps import _Flat, _Nested
 from raygate.server.cache.records import fix_on, forget_before
 from raygate.server.cache.snapshot import Changes, Snapshot, _serials
-from raygate.server.wire.scheduler import HostPriority
-
-HOST_PRIORITY = msgspec.json.Encoder()
-"""Each node's prioritize entry (``HostPriority``, kube-scheduler's PascalCase) is encoded
-when the node changes, not per request: prioritize joins the entries' bytes."""
 
 
 def build_snapshot(objects: ClusterObjects, config: PolicyConfig) -> Snapshot:
@@ -98,7 +91,6 @@ class SnapshotEditor:
         self.autoscaling = AutoscalerTables(self._indexes, base._follows_claims)
         # Copied on the first change of a node's class or of the node set.
         self._gpu: dict[str, bool] | None = None
-        self._entries: dict[str, bytes] | None = None
         self._new_nodes: list[str] = []
         self._bulk = whole
         """Built from nothing, or pods loaded in bulk (``_load_pods``): changes are not
@@ -136,9 +128,7 @@ class SnapshotEditor:
             name = cast(str, key)
             if self._indexes.nodes.pop(name) is None:
                 return False
-            gpu, entries = self._writable_gpu()
-            gpu.pop(name, None)
-            entries.pop(name, None)
+            self._writable_gpu().pop(name, None)
             return True
         namespaced = cast(tuple[str, str], key)
         if kind == WORKLOAD:
@@ -200,11 +190,10 @@ class SnapshotEditor:
         snap.config = self._config
         snap.serial, snap.base_serial = next(_serials), base.serial
         snap.changes = None if self._bulk else self._changes()
-        if self._gpu is None or self._entries is None:
-            snap._gpu, snap.prioritize_entries = base._gpu, base.prioritize_entries
-            snap.gpu_node_names = base.gpu_node_names
+        if self._gpu is None:
+            snap.node_classes, snap.gpu_node_names = base.node_classes, base.gpu_node_names
         else:
-            snap._gpu, snap.prioritize_entries = self._gpu, self._entries
+            snap.node_classes = self._gpu
             snap.gpu_node_names = frozenset(name for name, gpu in self._gpu.items() if gpu)
         snap.indexes = self._indexes.finish()
         snap._follows_claims = self.autoscaling.follows_claims
@@ -221,28 +210,25 @@ class SnapshotEditor:
                        frozenset(cast(set[tuple[str, str]], self._indexes.podgroups.touched)))
 
     # --- nodes --------------------------------------------------------------------------
-    def _writable_gpu(self) -> tuple[dict[str, bool], dict[str, bytes]]:
-        if self._gpu is None or self._entries is None:
-            self._gpu = dict(self._base._gpu)
-            self._entries = dict(self._base.prioritize_entries)
-        return self._gpu, self._entries
+    def _writable_gpu(self) -> dict[str, bool]:
+        if self._gpu is None:
+            self._gpu = dict(self._base.node_classes)
+        return self._gpu
 
     def _upsert_node(self, view: NodeView, resource_version: str) -> None:
         known = view.name in self._indexes.nodes
         self._indexes.nodes.set(view.name, (resource_version, view))
         is_gpu = gpu_node_reason(view, self._config) is not None
-        gpu = self._gpu if self._gpu is not None else self._base._gpu
+        gpu = self._gpu if self._gpu is not None else self._base.node_classes
         if gpu.get(view.name) is is_gpu:
             return  # same class: nothing the hot path reads changes
-        gpu, entries = self._writable_gpu()
-        gpu[view.name] = is_gpu
-        entries[view.name] = HOST_PRIORITY.encode(HostPriority(host=view.name, score=score(is_gpu)))
+        self._writable_gpu()[view.name] = is_gpu
         if not known:
             self._new_nodes.append(view.name)
 
     # --- pods ---------------------------------------------------------------------------
     def _is_gpu(self, node_name: str) -> bool:
-        gpu = self._gpu if self._gpu is not None else self._base._gpu
+        gpu = self._gpu if self._gpu is not None else self._base.node_classes
         return gpu.get(node_name, False)
 
     def _upsert_pod(self, view: PodView, resource_version: str) -> None:

@@ -7,13 +7,13 @@ config)``); the Kubernetes list/watch (``raygate.server.kube``) edits the curren
 batch of watch events at a time (``SnapshotEditor(snapshot)`` ... ``finish()``).
 
 Every index is a persistent map (``immutables.Map``, the hash array mapped trie behind
-CPython's contextvars), all of them held by one ``indexes.Indexes``: an edit copies only the O(log n) path to what changed and shares
-everything else with the snapshot it started from, so a watch event costs microseconds
-at 150,000 pods and the snapshot a reader holds never changes under it. Two hot-path
-structures stay plain, because kube-scheduler asks them once per node name and a HAMT
-lookup is several times slower than a dict's: ``gpu_node_names`` (a frozenset) and
-``prioritize_entries`` (a dict). They change only when a node appears, disappears or
-changes class, and an edit then copies them once (O(nodes)).
+CPython's contextvars), all of them held by one ``indexes.Indexes``: an edit copies only
+the O(log n) path to what changed and shares everything else with the snapshot it started
+from, so a watch event costs microseconds at 150,000 pods and the snapshot a reader holds
+never changes under it. Two hot-path structures stay plain, because kube-scheduler asks
+them once per node name and a HAMT lookup is several times slower than a dict's:
+``gpu_node_names`` (a frozenset) and ``node_classes`` (a dict). They change only when a
+node appears, disappears or changes class, and an edit then copies them once (O(nodes)).
 
 Pods are indexed by UID, by node, by RayCluster group and by RayCluster. The tuples of
 ``pods_on_node``, ``group_pods``, ``cluster_pods`` and ``rayclusters`` come in no
@@ -87,9 +87,11 @@ class Snapshot:
     config: PolicyConfig
     gpu_node_names: frozenset[str]
     """GPU nodes by name: ``in`` is the filter's per-node question."""
-    prioritize_entries: dict[str, bytes]
-    """The prioritize reply entry of each known node for a managed pod, built once per
-    node, not per request (the score depends only on the node's class). Read-only."""
+    node_classes: dict[str, bool]
+    """Is each known node a GPU node. Read-only, and the very same dict in the snapshots
+    that follow until a node appears, goes or changes class: its identity tells a reader
+    that memoises per node class (the scheduler front's prioritize entries) when to look
+    again."""
     serial: int
     base_serial: int
     """The serial of the snapshot this one was edited from (0: built from nothing)."""
@@ -98,7 +100,6 @@ class Snapshot:
     load, a policy change): a reader must look at everything."""
 
     indexes: Indexes
-    _gpu: dict[str, bool]
     _follows_claims: bool
     _ignored: Counter[str]
 
@@ -108,8 +109,7 @@ class Snapshot:
         snap.config = config
         snap.serial, snap.base_serial, snap.changes = next(_serials), 0, None
         snap.gpu_node_names = frozenset()
-        snap.prioritize_entries = {}
-        snap._gpu = {}
+        snap.node_classes = {}
         snap.indexes = Indexes()
         snap._follows_claims = False
         snap._ignored = Counter()
@@ -121,7 +121,7 @@ class Snapshot:
         return None if entry is None else entry[1]
 
     def is_gpu_node(self, name: str) -> bool | None:
-        return self._gpu.get(name)
+        return self.node_classes.get(name)
 
     def pod(self, uid: str) -> PodView | None:
         entry = self.indexes.pods.get(uid)
