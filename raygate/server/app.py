@@ -35,7 +35,8 @@ from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
 from raygate.server.controllers.placement import NativePlacement, PatchPod
 from raygate.server.controllers.requeue import Annotate, StaleRefusals
 from raygate.server.fronts.admission.service import AdmissionService, admission_routes
-from raygate.server.fronts.explain import ExplainService, explain_routes
+from raygate.server.fronts.explain.http import explain_routes
+from raygate.server.fronts.explain.service import ExplainService
 from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
 from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
 from raygate.server.fronts.webhook import RayPodWebhook
