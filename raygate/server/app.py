@@ -34,7 +34,8 @@ from raygate.server.config.settings import ServeSettings, parse_addr
 from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
 from raygate.server.controllers.placement import NativePlacement, PatchPod
 from raygate.server.controllers.requeue import Annotate, StaleRefusals
-from raygate.server.fronts.admission.service import AdmissionService, admission_routes
+from raygate.server.fronts.admission.http import admission_routes
+from raygate.server.fronts.admission.service import AdmissionService
 from raygate.server.fronts.explain.http import explain_routes
 from raygate.server.fronts.explain.service import ExplainService
 from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
