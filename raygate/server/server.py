@@ -107,6 +107,8 @@ class RaygateServer:
         self.shutting_down = False  # set by ``stop``: /readyz answers 503 from then on
         self.started = asyncio.Event()
         self.tls = self._main_tls()
+        self.routes = {**self._health_routes(), **services.routes}
+        """Every route the main listener serves."""
         self._http = self._main_server()
         self._grpc: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -127,8 +129,6 @@ class RaygateServer:
 
     def _main_server(self) -> HttpServer:
         settings = self.settings
-        self.routes = {**self._health_routes(), **self.services.routes}
-        """Every route the main listener serves."""
         return HttpServer(
             http_config(HttpApp(self.routes, settings.max_body_bytes, self.metrics),
                          settings, None if self.tls is None else self.tls.listener_context()),
