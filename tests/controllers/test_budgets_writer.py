@@ -371,7 +371,7 @@ def test_a_cluster_without_a_uid_gets_no_budget() -> None:
 
 
 def test_the_server_runs_the_writer_and_serves_its_metric() -> None:
-    """``RaygateServer(budget_api=...)`` (what ``raygate serve`` passes when it follows a
+    """``build_server(budget_api=...)`` (what ``raygate serve`` passes when it follows a
     cluster with ``disruptionBudgets: on``): the writer starts and stops with the server,
     its counter is on ``/metrics``."""
     import httpx

@@ -1,5 +1,5 @@
 """Delegated authentication and authorization of the status endpoints (raygate/server/authz/):
-raygate's real HTTP and gRPC servers (``RaygateServer(..., authorizer=...)``) on loopback,
+raygate's real HTTP and gRPC servers (``build_server(..., authorizer=...)``) on loopback,
 the real ``kubernetes`` client through a generated kubeconfig, and the API-server double
 answering TokenReviews and SubjectAccessReviews from its token and grant tables.
 
