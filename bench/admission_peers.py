@@ -1,5 +1,5 @@
-"""``bench.admission_watchers``' two helper processes: the **server** (raygate's
-``RaygateServer`` over the cluster snapshot, a publisher thread changing one pending
+"""``bench.admission_watchers``' two helper processes: the **server** (raygate's server,
+``app.build_server``, over the cluster snapshot, a publisher thread changing one pending
 pod's message ``rate`` times a second and logging when) and the **watchers** (gRPC
 ``Watch`` streams and HTTP long-polls recording when each change arrives). Run as
 ``python -m bench.admission_watchers _serve|_watch ...``."""
@@ -57,12 +57,12 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     import uvloop
 
     from raygate.plugin.config import PolicyConfig
+    from raygate.server.app import build_server
     from raygate.server.cache import convert
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.cache.editor import build_snapshot
     from raygate.server.cache.snapshot_files import load_text
     from raygate.server.listeners import bind_socket
-    from raygate.server.server import RaygateServer
     from raygate.server.wire import kube
 
     pin(0)
@@ -75,7 +75,7 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
         for i in range(VARIANTS)]
     cache = ClusterCache(config, "bench")
     cache.publish(variants[0])
-    server = RaygateServer(cache, bind_socket(HOST, http_port), f"{HOST}:{grpc_port}")
+    server = build_server(cache, bind_socket(HOST, http_port), f"{HOST}:{grpc_port}")
     stop = threading.Event()
 
     def publisher() -> None:

@@ -3,7 +3,7 @@ soon after the cache applies a change does a Watch stream deliver it?
 
 Each scenario runs three processes on loopback:
 
-* a **server**: raygate's ``RaygateServer`` over the ``bench.payloads`` cluster (``--nodes``
+* a **server**: raygate's server (``build_server``) over the ``bench.payloads`` cluster (``--nodes``
   nodes, RayCluster ``ray/bench``) plus ``max(--watchers)`` small RayClusters
   ``ray/rc-<i>`` (a head each), and a publisher thread that makes the cache apply a
   change ``--rate`` times a second (one pending ``ray/bench`` worker's PodScheduled

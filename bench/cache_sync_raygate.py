@@ -24,12 +24,12 @@ def raygate_main(conn: Connection, kubeconfig: str, admission: bool,
     import uvloop
 
     from raygate.plugin.config import PolicyConfig
+    from raygate.server.app import build_server
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.kube.client import KubeTransport, load_connection
     from raygate.server.kube.source import LiveSource
     from raygate.server.kube.transport import WatchSettings
     from raygate.server.listeners import bind_socket
-    from raygate.server.server import RaygateServer
 
     logging.basicConfig(level=logging.WARNING, format="raygate: %(message)s")
     logging.getLogger("raygate.kube").setLevel(logging.INFO)
@@ -45,7 +45,7 @@ def raygate_main(conn: Connection, kubeconfig: str, admission: bool,
         publish_interval=publish_interval)
     source = LiveSource(cache, KubeTransport(load_connection(kubeconfig, None, {}), settings),
                         settings, on_batch=on_batch)
-    server = RaygateServer(cache, bind_socket(HOST, 0), f"{HOST}:0")
+    server = build_server(cache, bind_socket(HOST, 0), f"{HOST}:0")
     loop = uvloop.new_event_loop()
 
     def control() -> None:
@@ -55,7 +55,7 @@ def raygate_main(conn: Connection, kubeconfig: str, admission: bool,
             time.sleep(0.01)
         ready_s = time.perf_counter() - started
         if not admission:
-            loop.call_soon_threadsafe(server.admission.close)
+            loop.call_soon_threadsafe(server.services.admission.close)
         memory = read_memory()
         conn.send({"ready_s": ready_s, "rss_kib": memory.rss_kib, "hwm_kib": memory.hwm_kib,
                    "http_port": server.http_port, "counts": cache.snapshot.counts(),

@@ -34,8 +34,8 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from raygate.contract.explain import ExplainReply
 from raygate.server.cache import convert
-from raygate.server.fronts.explain import ExplainReply
 from raygate.server.wire import kube, volcano
 from raygate.server.wire.admission_review import AdmissionReviewIn, AdmissionReviewOut
 

@@ -18,7 +18,7 @@ from bench.scenarios import MICRO
 from raygate.plugin.placement import Placement, decide, filter_names
 from raygate.server.cache import convert
 from raygate.server.cache.editor import SnapshotEditor
-from raygate.server.fronts.scheduler import SchedulerExtender
+from raygate.server.fronts.scheduler import HostPriorities, SchedulerExtender
 from raygate.server.metrics.registry import Metrics
 from raygate.server.wire import kube
 from raygate.server.wire import scheduler as wire
@@ -87,8 +87,8 @@ def test_encode_filter_reply(benchmark: Benchmark, cluster: Cluster, count: int)
 
 @pytest.mark.parametrize("count", MICRO.names)
 def test_encode_prioritize_reply(benchmark: Benchmark, cluster: Cluster, count: int) -> None:
-    """The prioritize reply from the snapshot's pre-encoded per-node entries."""
-    entries = cluster.snapshot.prioritize_entries
+    """The prioritize reply from the front's pre-encoded per-node entries."""
+    entries = HostPriorities().of(cluster.snapshot)
     names = cluster.names[:count]
 
     def encode() -> bytes:

@@ -1,8 +1,9 @@
 """``raygate serve`` put together: settings in, a running server out.
 
-The one place that decides what runs: where the cluster state comes from (the demo, snapshot
-files, or a cluster followed by list/watch), who may read the status APIs, which sockets
-are listened on, and what runs beside the server (the watch threads, the policy reload).
+The composition root, the one place that decides what runs: where the cluster state comes
+from (the demo, snapshot files, or a cluster followed by list/watch), who may read the
+status APIs, which services and routes there are (``build_server``), which sockets are
+listened on, and what runs beside the server (the watch threads, the policy reload).
 A refusal at start is a ``StartupError``: one line on stderr and exit code 2, before
 anything is served.
 """
@@ -13,9 +14,12 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+import grpc
 
 from raygate.contract import logs
 from raygate.contract.version import describe
@@ -27,6 +31,17 @@ from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_f
 from raygate.server.config.load import Loaded, authz_enabled
 from raygate.server.config.reload import PolicyReloader
 from raygate.server.config.settings import ServeSettings, parse_addr
+from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
+from raygate.server.controllers.placement import NativePlacement, PatchPod
+from raygate.server.controllers.requeue import Annotate, StaleRefusals
+from raygate.server.fronts.admission.http import admission_routes
+from raygate.server.fronts.admission.service import AdmissionService
+from raygate.server.fronts.explain.http import explain_routes
+from raygate.server.fronts.explain.service import ExplainService
+from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
+from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
+from raygate.server.fronts.webhook import RayPodWebhook
+from raygate.server.http.routes import AsyncRoute, Gate, Route
 from raygate.server.kube.client import (
     ClusterConfigError,
     Connection,
@@ -38,13 +53,14 @@ from raygate.server.kube.leader import Leadership, LeaseTiming
 from raygate.server.kube.lease import identity, lease_elector, lease_namespace
 from raygate.server.kube.source import LiveSource
 from raygate.server.listeners import ListenError, WebhookListener, bind_socket
-from raygate.server.server import RaygateServer
+from raygate.server.metrics.registry import Metrics, metrics_routes
+from raygate.server.server import CERT_POLL_SECONDS, RaygateServer, Services
 from raygate.server.tls import CertReloader, TlsFiles
 
 if TYPE_CHECKING:
     from raygate.server.authz.authorizer import Authorizer
 
-__all__ = ["NO_CLUSTER", "StartupError", "check_startup", "serve"]
+__all__ = ["NO_CLUSTER", "AccessGuard", "StartupError", "build_server", "check_startup", "serve"]
 
 log = logging.getLogger("raygate")
 
@@ -58,6 +74,16 @@ NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Giv
 
 class StartupError(Exception):
     """raygate cannot start as configured; the message is what stderr gets."""
+
+
+class AccessGuard(Protocol):
+    """Who may read admission status and explanations (``raygate.server.authz.Authorizer``)."""
+
+    def guard_routes(
+        self, routes: dict[str, Route | AsyncRoute],
+    ) -> dict[str, Route | AsyncRoute]: ...
+
+    def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]: ...
 
 
 @dataclass(frozen=True)
@@ -133,10 +159,10 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
         budgets = (transport if transport is not None and settings.disruption_budgets == "on"
                    else None)
         # Whatever placement.native says, a pod raygate's gate holds is released by it.
-        server = RaygateServer(cache, sock, settings.grpc_addr, settings=settings,
-                               webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
-                               budget_api=budgets, leadership=leadership,
-                               patch_pod=None if transport is None else transport.patch_pod)
+        server = build_server(cache, sock, settings.grpc_addr, settings=settings,
+                              webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
+                              budget_api=budgets, leadership=leadership,
+                              patch_pod=None if transport is None else transport.patch_pod)
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
     if authorizer is not None:
@@ -144,6 +170,94 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
     log.info("authz %s for the admission-status and explain APIs",
              "on" if authorizer is not None else "off")
     return server
+
+
+def build_server(
+    cache: ClusterCache,
+    http_sock: socket.socket,
+    grpc_addr: str,
+    *,
+    settings: ServeSettings = ServeSettings(),  # noqa: B008 - frozen, never mutated
+    scheduler: SchedulerExtender | None = None,
+    webhook: WebhookListener | None = None,
+    authorizer: AccessGuard | None = None,
+    cert_poll_seconds: float = CERT_POLL_SECONDS,
+    annotate_pod: Annotate | None = None,
+    budget_api: BudgetApi | None = None,
+    patch_pod: PatchPod | None = None,
+    leadership: Leadership | None = None,
+) -> RaygateServer:
+    """Every service over ``cache`` and the routes that serve them, handed to a server
+    listening on ``http_sock`` and ``grpc_addr``. ``scheduler``: one with the clock the
+    caller chose (every service reads the time from it). ``annotate_pod``,
+    ``budget_api``, ``patch_pod``: the writes raygate makes, None when not made.
+    ``leadership``: the Lease's; None: this replica always leads."""
+    # A registry per server: several servers in one process count apart.
+    metrics = Metrics()
+    scheduler = scheduler or SchedulerExtender(cache)
+    scheduler.bind_metrics(metrics)
+    leadership = leadership or Leadership(None)
+    metrics.watch_leadership(leadership)
+    stale, budgets, native = _controllers(
+        cache, scheduler, metrics, leadership=leadership, settings=settings,
+        annotate_pod=annotate_pod, budget_api=budget_api, patch_pod=patch_pod)
+    admission = AdmissionService(cache, scheduler.clock)  # one notion of `now`
+    explain = ExplainService(cache, scheduler.clock)
+    metrics.watch_cache(cache)
+    metrics.watch_admission(admission.pod_states)
+    services = Services(
+        cache, metrics, leadership, admission, explain,
+        _routes(cache, metrics, scheduler, admission=admission, explain=explain,
+                authorizer=authorizer, settings=settings),
+        webhook_routes={} if webhook is None else RayPodWebhook(
+            lambda: cache.snapshot.config, metrics, gate=settings.native_placement == "on",
+            marker=settings.webhook_marker == "on").routes(),
+        stale_refusals=stale, native=native, budgets=budgets,
+        grpc_interceptors=() if authorizer is None else authorizer.grpc_interceptors())
+    return RaygateServer(services, http_sock, grpc_addr, settings=settings, webhook=webhook,
+                         cert_poll_seconds=cert_poll_seconds)
+
+
+def _controllers(
+    cache: ClusterCache, scheduler: SchedulerExtender, metrics: Metrics, *,
+    leadership: Leadership, settings: ServeSettings, annotate_pod: Annotate | None,
+    budget_api: BudgetApi | None, patch_pod: PatchPod | None,
+) -> tuple[StaleRefusals | None, DisruptionBudgets | None, NativePlacement | None]:
+    """The writers, each None when its write is not made: the stale refusals (asking
+    kube-scheduler to try a pod again, ``requeue.staleRefusals``; filter notes them), the
+    floors' PodDisruptionBudgets (``disruptionBudgets``), and the release of gated pods
+    while this replica leads (whatever ``placement.native`` says, a pod raygate's gate
+    holds is released by it)."""
+    stale = scheduler.stale_refusals = None if annotate_pod is None else StaleRefusals(
+        cache, scheduler.clock, annotate_pod, metrics)
+    budgets = None if budget_api is None else DisruptionBudgets(
+        cache, budget_api, metrics, time.monotonic)
+    native = None if patch_pod is None else NativePlacement(
+        cache, scheduler.clock, patch_pod, metrics, leading=leadership.leading,
+        wait_seconds=settings.placement_wait_seconds)
+    return stale, budgets, native
+
+
+def _routes(cache: ClusterCache, metrics: Metrics, scheduler: SchedulerExtender, *,
+            admission: AdmissionService, explain: ExplainService,
+            authorizer: AccessGuard | None, settings: ServeSettings,
+            ) -> dict[str, Route | AsyncRoute]:
+    """Every route of the main listener but health; each API module contributes its own."""
+    # Pod names and scheduling reasons: behind the authorizer when there is one. The
+    # OpenAPI document describes the API and holds no cluster data.
+    private = admission_routes(admission)
+    openapi = {"/openapi.json": private.pop("/openapi.json")}
+    private.update(explain_routes(explain))
+    if authorizer is not None:
+        private = authorizer.guard_routes(private)
+    return {
+        **metrics_routes(metrics),
+        **scheduler_routes(scheduler),
+        **volcano_routes(VolcanoExtender(cache, scheduler.clock, metrics),
+                         Gate(settings.predicate_concurrency)),
+        **openapi,
+        **private,
+    }
 
 
 def _leadership(settings: ServeSettings, transport: KubeTransport | None) -> Leadership:

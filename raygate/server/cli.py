@@ -184,7 +184,9 @@ def _explain(args: argparse.Namespace) -> int:
         load_text,
     )
     from raygate.server.config.file import load_config_file
-    from raygate.server.fronts.explain import ExplainService, fetch, render_table
+    from raygate.server.fronts.explain.client import fetch
+    from raygate.server.fronts.explain.service import ExplainService
+    from raygate.server.fronts.explain.table import render_table
 
     namespace, _, name = args.pod.partition("/")
     if not namespace or not name:

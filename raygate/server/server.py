@@ -1,4 +1,6 @@
-"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop.
+"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop:
+the listeners and their lifecycle. What they serve (``Services``) is built by the
+composition root, ``raygate.server.app``.
 
 Lifecycle (``stop``, on SIGTERM/SIGINT): ``/readyz`` answers 503 "shutting-down" and gRPC
 health NOT_SERVING at once; after ``shutdown_delay_seconds`` (time for the endpoints
@@ -15,9 +17,8 @@ import logging
 import signal
 import socket
 import threading
-import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,26 +27,24 @@ from grpc_reflection.v1alpha import reflection
 from raygate.plugin.config import ConfigError
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
-from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
-from raygate.server.controllers.placement import NativePlacement, PatchPod
-from raygate.server.controllers.requeue import Annotate, StaleRefusals
-from raygate.server.fronts.admission.service import AdmissionService, admission_routes
-from raygate.server.fronts.explain import SERVICE_NAME as EXPLAIN_SERVICE
-from raygate.server.fronts.explain import ExplainService, add_explain_service, explain_routes
+from raygate.server.controllers.budgets import DisruptionBudgets
+from raygate.server.controllers.placement import NativePlacement
+from raygate.server.controllers.requeue import StaleRefusals
+from raygate.server.fronts.admission.service import AdmissionService
+from raygate.server.fronts.explain.service import ExplainService
+from raygate.server.fronts.explain.servicer import SERVICE_NAME as EXPLAIN_SERVICE
+from raygate.server.fronts.explain.servicer import add_explain_service
 from raygate.server.fronts.health import health_routes
-from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
-from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
-from raygate.server.fronts.webhook import RayPodWebhook
 from raygate.server.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.server.grpc.servicers import add_admission_service
 from raygate.server.http.app import HttpApp
-from raygate.server.http.routes import AsyncRoute, Gate, Route
+from raygate.server.http.routes import AsyncRoute, Route
 from raygate.server.kube.leader import Leadership
 from raygate.server.listeners import HttpServer, ListenError, WebhookListener, http_config
-from raygate.server.metrics.registry import Metrics, metrics_routes
+from raygate.server.metrics.registry import Metrics
 from raygate.server.tls import CertReloader, TlsFiles
 
-__all__ = ["AccessGuard", "RaygateServer"]
+__all__ = ["CERT_POLL_SECONDS", "RaygateServer", "Services"]
 
 log = logging.getLogger("raygate.server")
 
@@ -62,38 +61,43 @@ GRPC_OPTIONS = (
 )
 
 
-class AccessGuard(Protocol):
-    """Who may read admission status and explanations (``raygate.server.authz.Authorizer``)."""
+@dataclass(frozen=True)
+class Services:
+    """What the listeners serve, and start and stop with them: built by the composition
+    root (``raygate.server.app.build_server``)."""
 
-    def guard_routes(
-        self, routes: dict[str, Route | AsyncRoute],
-    ) -> dict[str, Route | AsyncRoute]: ...
-
-    def grpc_interceptors(self) -> list[grpc.aio.ServerInterceptor]: ...
+    cache: ClusterCache
+    metrics: Metrics
+    leadership: Leadership
+    admission: AdmissionService
+    explain: ExplainService
+    routes: dict[str, Route | AsyncRoute]
+    """The main listener's, but ``/healthz`` and ``/readyz``: those follow the server's
+    own lifecycle (``stop`` makes ``/readyz`` answer 503), so the server adds them."""
+    webhook_routes: dict[str, Route] = field(default_factory=dict)
+    stale_refusals: StaleRefusals | None = None
+    native: NativePlacement | None = None
+    budgets: DisruptionBudgets | None = None
+    grpc_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
 
 
 class RaygateServer:
-    """The HTTP and gRPC servers over one cache. ``run`` serves until ``stop``."""
+    """The HTTP and gRPC listeners over ``services``. ``run`` serves until ``stop``."""
 
     def __init__(
         self,
-        cache: ClusterCache,
+        services: Services,
         http_sock: socket.socket,
         grpc_addr: str,
         *,
         settings: ServeSettings = ServeSettings(),  # noqa: B008 - frozen, never mutated
-        scheduler: SchedulerExtender | None = None,
         webhook: WebhookListener | None = None,
-        authorizer: AccessGuard | None = None,
         cert_poll_seconds: float = CERT_POLL_SECONDS,
-        annotate_pod: Annotate | None = None,
-        budget_api: BudgetApi | None = None,
-        patch_pod: PatchPod | None = None,
-        leadership: Leadership | None = None,
     ) -> None:
-        """``annotate_pod``, ``budget_api``, ``patch_pod``: the writes raygate makes, None
-        when not made. ``leadership``: the Lease's; None: this replica always leads."""
-        self.cache = cache
+        """``webhook``: the admission webhook's listener, serving ``services.webhook_routes``."""
+        self.services = services
+        self.cache = services.cache
+        self.metrics = services.metrics
         self.settings = settings
         self.http_sock = http_sock
         self.http_port: int = http_sock.getsockname()[1]
@@ -101,22 +105,10 @@ class RaygateServer:
         self.grpc_port = 0
         self.cert_poll_seconds = cert_poll_seconds
         self.shutting_down = False  # set by ``stop``: /readyz answers 503 from then on
-        # A registry per server: several servers in one process count apart.
-        self.metrics = Metrics()
-        self.scheduler = scheduler or SchedulerExtender(cache)
-        self.scheduler.bind_metrics(self.metrics)
-        self.leadership = leadership or Leadership(None)
-        self.leading: Callable[[], bool] = self.leadership.leading  # one replica acts
-        self.metrics.watch_leadership(self.leadership)
-        self.stale_refusals, self.budgets = self._writers(annotate_pod, budget_api)
-        self.native = self._native_placement(patch_pod)
         self.started = asyncio.Event()
-        self.admission = AdmissionService(cache, self.scheduler.clock)  # one notion of `now`
-        self.explain = ExplainService(cache, self.scheduler.clock)
-        self.metrics.watch_cache(cache)
-        self.metrics.watch_admission(self.admission.pod_states)
         self.tls = self._main_tls()
-        self.authorizer = authorizer
+        self.routes = {**self._health_routes(), **services.routes}
+        """Every route the main listener serves."""
         self._http = self._main_server()
         self._grpc: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -132,50 +124,15 @@ class RaygateServer:
             self.metrics.watch_tls("main", tls)
         return tls
 
-    def _native_placement(self, patch_pod: PatchPod | None) -> NativePlacement | None:
-        """The release of gated pods (``patch_pod`` writes it), while this replica leads."""
-        return None if patch_pod is None else NativePlacement(
-            self.cache, self.scheduler.clock, patch_pod, self.metrics, leading=self.leading,
-            wait_seconds=self.settings.placement_wait_seconds)
-
-    def _writers(self, annotate_pod: Annotate | None, budget_api: BudgetApi | None
-                 ) -> tuple[StaleRefusals | None, DisruptionBudgets | None]:
-        """The stale refusals (``annotate_pod`` writes a pod's annotation, to ask
-        kube-scheduler to try a pod again; ``requeue.staleRefusals``) and the floors'
-        PodDisruptionBudgets (written through ``budget_api``; ``disruptionBudgets``)."""
-        stale = None if annotate_pod is None else StaleRefusals(
-            self.cache, self.scheduler.clock, annotate_pod, self.metrics)
-        self.scheduler.stale_refusals = stale
-        budgets = None if budget_api is None else DisruptionBudgets(
-            self.cache, budget_api, self.metrics, time.monotonic)
-        return stale, budgets
+    def _health_routes(self) -> dict[str, Route]:
+        return health_routes(self.cache, lambda: self.shutting_down)
 
     def _main_server(self) -> HttpServer:
         settings = self.settings
         return HttpServer(
-            http_config(HttpApp(self._routes(), settings.max_body_bytes, self.metrics),
+            http_config(HttpApp(self.routes, settings.max_body_bytes, self.metrics),
                          settings, None if self.tls is None else self.tls.listener_context()),
             "main", settings.header_timeout_seconds, self.metrics)
-
-    def _routes(self) -> dict[str, Route | AsyncRoute]:
-        """Every route of the main listener; each API module contributes its own."""
-        # Pod names and scheduling reasons: behind the authorizer when there is one. The
-        # OpenAPI document describes the API and holds no cluster data.
-        private = admission_routes(self.admission)
-        openapi = {"/openapi.json": private.pop("/openapi.json")}
-        private.update(explain_routes(self.explain))
-        if self.authorizer is not None:
-            private = self.authorizer.guard_routes(private)
-        cache, clock = self.cache, self.scheduler.clock
-        return {
-            **health_routes(cache, lambda: self.shutting_down),
-            **metrics_routes(self.metrics),
-            **scheduler_routes(self.scheduler),
-            **volcano_routes(VolcanoExtender(cache, clock, self.metrics),
-                             Gate(self.settings.predicate_concurrency)),
-            **openapi,
-            **private,
-        }
 
     def _webhook_server(self, webhook: WebhookListener) -> HttpServer:
         """The API server calls admission webhooks over HTTPS only: a listener of its
@@ -184,10 +141,7 @@ class RaygateServer:
         tls = self._webhook_tls = CertReloader(
             TlsFiles(webhook.cert_file, webhook.key_file), "webhook TLS")
         self.metrics.watch_tls("webhook", tls)
-        ray_pods = RayPodWebhook(lambda: self.cache.snapshot.config, self.metrics,
-                                 gate=settings.native_placement == "on",
-                                 marker=settings.webhook_marker == "on")
-        routes = {**health_routes(self.cache, lambda: self.shutting_down), **ray_pods.routes()}
+        routes = {**self._health_routes(), **self.services.webhook_routes}
         return HttpServer(
             http_config(HttpApp(routes, settings.max_body_bytes), settings,
                          tls.listener_context()),
@@ -202,7 +156,7 @@ class RaygateServer:
         # Long-polls and Watch streams wait on this loop; the cache may publish from any
         # thread, and the service hops onto the loop with call_soon_threadsafe.
         self._follow_cache(loop)
-        self.leadership.start()
+        self.services.leadership.start()
         await grpc_server.start()
         stop_following = await self._follow_health(loop, health_servicer)
         log.info("serving HTTP%s on %s:%d, gRPC%s on port %d (%s)",
@@ -224,7 +178,7 @@ class RaygateServer:
             polling.cancel()
             stop_following()
             self._stop_following_cache()
-            self.leadership.stop()  # when the HTTP server ended without stop(); else done
+            self.services.leadership.stop()  # when the HTTP server ended without stop(); else done
             if self._shutdown is not None:
                 await self._shutdown  # the gRPC server's own grace
             else:  # the HTTP server ended without stop(): a failure, nothing to drain
@@ -236,22 +190,24 @@ class RaygateServer:
         statuses (long-polls and Watch streams wait on ``loop``; the cache may publish from
         any thread, and the service hops onto the loop), the stale refusals, the gated
         pods' releases, the budgets."""
-        self.admission.attach(loop)
-        if self.stale_refusals is not None:
-            self.stale_refusals.attach(loop)
-        if self.native is not None:
-            self.native.attach(loop)
-        if self.budgets is not None:
-            self.budgets.start()
+        services = self.services
+        services.admission.attach(loop)
+        if services.stale_refusals is not None:
+            services.stale_refusals.attach(loop)
+        if services.native is not None:
+            services.native.attach(loop)
+        if services.budgets is not None:
+            services.budgets.start()
 
     def _stop_following_cache(self) -> None:
-        self.admission.close()
-        if self.stale_refusals is not None:
-            self.stale_refusals.close()
-        if self.native is not None:
-            self.native.close()
-        if self.budgets is not None:
-            self.budgets.close()
+        services = self.services
+        services.admission.close()
+        if services.stale_refusals is not None:
+            services.stale_refusals.close()
+        if services.native is not None:
+            services.native.close()
+        if services.budgets is not None:
+            services.budgets.close()
 
     async def _follow_health(self, loop: asyncio.AbstractEventLoop,
                              health_servicer: health.aio.HealthServicer
@@ -272,12 +228,12 @@ class RaygateServer:
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
         """The gRPC server: the admission and explain services, health, reflection, the
         authorizer's interceptor; bound, not yet started."""
-        interceptors = [] if self.authorizer is None else self.authorizer.grpc_interceptors()
-        server = self._grpc = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
+        server = self._grpc = grpc.aio.server(
+            interceptors=list(self.services.grpc_interceptors), options=GRPC_OPTIONS)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        add_admission_service(self.admission, server)
-        add_explain_service(self.explain, server)
+        add_admission_service(self.services.admission, server)
+        add_explain_service(self.services.explain, server)
         reflection.enable_server_reflection(
             (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
             server)
@@ -312,7 +268,7 @@ class RaygateServer:
             self._shutdown = asyncio.ensure_future(self._drain())
 
     async def _cut(self) -> None:
-        self.admission.close()
+        self.services.admission.close()
         if self._grpc is not None:
             await self._grpc.stop(grace=None)
 
@@ -323,7 +279,7 @@ class RaygateServer:
                  settings.shutdown_grace_seconds)
         # Stop acting and release the Lease at once: another replica takes over while
         # this one drains its requests (the release is a request or two: off the loop).
-        stepping_down = asyncio.ensure_future(asyncio.to_thread(self.leadership.stop))
+        stepping_down = asyncio.ensure_future(asyncio.to_thread(self.services.leadership.stop))
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if settings.shutdown_delay_seconds > 0:
@@ -332,7 +288,7 @@ class RaygateServer:
             await asyncio.sleep(settings.shutdown_delay_seconds)
         # Long-polls and Watch streams end now with what they have; the servers' graceful
         # shutdown would otherwise wait for them.
-        self.admission.close()
+        self.services.admission.close()
         for server in (self._http, self._webhook):
             if server is not None:
                 server.should_exit = True  # uvicorn: close the listener, drain, then cut

@@ -34,6 +34,7 @@ from raygate.server.cache.keys import (
     key_of,
 )
 from raygate.server.cache.snapshot import Snapshot
+from raygate.server.fronts.scheduler import HostPriorities
 from testkit.builders import T0_EPOCH
 
 CONFIG = PolicyConfig()
@@ -115,7 +116,7 @@ def uids(views_: tuple[PodView, ...]) -> list[str]:
 def assert_same_answers(edited: Snapshot, built: Snapshot) -> None:
     assert edited.counts() == built.counts()
     assert edited.gpu_node_names == built.gpu_node_names
-    assert edited.prioritize_entries == built.prioritize_entries
+    assert HostPriorities().of(edited) == HostPriorities().of(built)
     for name in (*NODES, "unknown"):
         assert edited.node(name) == built.node(name)
         assert edited.is_gpu_node(name) == built.is_gpu_node(name)
@@ -178,7 +179,7 @@ def test_a_snapshot_held_by_a_reader_never_changes() -> None:
     assert [p.node_name for p in before.pods_on_node("cpu-0")] == ["cpu-0"]
     assert before.pods_on_node("gpu-0") == ()
     assert before.gpu_node_names == {"gpu-0"}
-    assert set(before.prioritize_entries) == {"cpu-0", "gpu-0"}
+    assert set(HostPriorities().of(before)) == {"cpu-0", "gpu-0"}
     assert before.counts()["nodes"] == 2
     assert [p.uid for p in after.pods_on_node("gpu-0")] == ["u1"]
     assert after.gpu_node_names == {"gpu-0", "gpu-1"}
@@ -192,7 +193,8 @@ def test_an_edit_of_pods_only_shares_the_node_structures() -> None:
     editor.upsert(replace(node("cpu-0"), labels={"zone": "a"}), "8")  # same class
     after = editor.finish()
     assert after.gpu_node_names is before.gpu_node_names
-    assert after.prioritize_entries is before.prioritize_entries
+    priorities = HostPriorities()  # the scheduler front's entries, memoised per node class
+    assert priorities.of(after) is priorities.of(before)
 
 
 def test_replace_keeps_unchanged_views_and_drops_the_missing() -> None:
@@ -266,3 +268,31 @@ def test_a_first_list_indexes_pods_as_upserts_do(
     for i, p in enumerate(listed):
         upserted.upsert(p, str(i))
     assert_same_answers(loaded.finish(), upserted.finish())
+
+
+def test_the_editing_indexes_are_declared_as_the_snapshot_indexes_are() -> None:
+    """``Editing`` declares (for the type checker) an editor per field of ``Indexes``."""
+    from dataclasses import fields
+
+    from raygate.server.cache.indexes import Editing, Indexes
+
+    assert list(Editing.__annotations__) == [f.name for f in fields(Indexes)]
+
+
+def test_the_scheduler_fronts_entries_follow_the_node_classes_as_they_change() -> None:
+    """One ``HostPriorities`` over successive snapshots (nodes come, go, change class)
+    answers as a new one would: only the nodes whose class changed are encoded again."""
+    priorities = HostPriorities()
+    snap = build_snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0"))), CONFIG)
+    first = priorities.of(snap)
+    for change in ("a GPU node comes", "a CPU node goes", "a GPU node turns CPU"):
+        editor = SnapshotEditor(snap)
+        if change == "a GPU node comes":
+            editor.upsert(node("gpu-1"), "2")
+        elif change == "a CPU node goes":
+            editor.delete(NODE, "cpu-0")
+        else:
+            editor.upsert(replace(node("gpu-0"), allocatable={"cpu": 8}), "3")
+        snap = editor.finish()
+        assert priorities.of(snap) == HostPriorities().of(snap)
+    assert set(first) == {"cpu-0", "gpu-0"}  # what an earlier reader got never changes

@@ -371,7 +371,7 @@ def test_a_cluster_without_a_uid_gets_no_budget() -> None:
 
 
 def test_the_server_runs_the_writer_and_serves_its_metric() -> None:
-    """``RaygateServer(budget_api=...)`` (what ``raygate serve`` passes when it follows a
+    """``build_server(budget_api=...)`` (what ``raygate serve`` passes when it follows a
     cluster with ``disruptionBudgets: on``): the writer starts and stops with the server,
     its counter is on ``/metrics``."""
     import httpx
@@ -382,7 +382,7 @@ def test_the_server_runs_the_writer_and_serves_its_metric() -> None:
     served = ServerThread(ClusterCache(PolicyConfig(), "test"), FakeClock(), budget_api=api)
     served.start()
     try:
-        assert served.server.budgets is not None
+        assert served.server.services.budgets is not None
         editor = SnapshotEditor(served.cache.snapshot)
         editor.upsert(cluster(), "1")
         served.cache.publish(editor.finish())
@@ -392,12 +392,12 @@ def test_the_server_runs_the_writer_and_serves_its_metric() -> None:
         assert 'raygate_disruption_budget_writes_total{result="applied"} 2.0' in text
     finally:
         served.stop()
-    assert served.server.budgets._thread is None  # joined
+    assert served.server.services.budgets._thread is None  # joined
 
 
 def test_without_a_budget_api_nothing_runs(server: Any) -> None:
     """No cluster to write to (the demo, snapshot files) or ``disruptionBudgets: off``."""
-    assert server.server.budgets is None
+    assert server.server.services.budgets is None
 
 
 @pytest.mark.parametrize(("setting", "writes"), [("on", True), ("off", False)])
@@ -419,7 +419,7 @@ def test_serve_writes_budgets_only_when_on(setting: str, writes: bool) -> None:
     server = _server(settings, ClusterCache(PolicyConfig(), "test"), None,
                      Transport())  # type: ignore[arg-type]
     server.http_sock.close()
-    assert (server.budgets is not None) is writes
+    assert (server.services.budgets is not None) is writes
 
 
 def test_while_the_list_fails_the_thread_waits_for_its_retry_not_a_clusters() -> None:

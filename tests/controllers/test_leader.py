@@ -296,7 +296,7 @@ def test_a_release_loses_to_a_change_it_did_not_read() -> None:
 
 def test_a_server_leads_while_it_runs(server: ServerThread) -> None:
     """Without a cluster, the running server's replica leads: what a controller takes
-    (``RaygateServer.leading``) says so, and so does the metric."""
-    assert server.server.leading()
+    (``services.leadership.leading``) says so, and so does the metric."""
+    assert server.server.services.leadership.leading()
     text = httpx.get(f"{server.url}/metrics").text
     assert "raygate_leader 1.0" in text

@@ -229,7 +229,7 @@ def test_long_poll_wakes_on_a_change_through_the_cache(
         server: ServerThread, client: httpx.Client, pool: ThreadPoolExecutor) -> None:
     server.publish(*sc.inqueue_gang())
     before = get(client, "ray", "queued").json()["metadata"]["version"]
-    service = server.server.admission
+    service = server.server.services.admission
     with httpx.Client(base_url=server.url, timeout=120) as other:
         waiting: Future[httpx.Response] = pool.submit(
             get, other, "ray", "queued", waitForChange=before, timeoutSeconds=60)
@@ -252,7 +252,7 @@ def test_long_poll_of_the_list_wakes_on_a_new_cluster(
     with httpx.Client(base_url=server.url, timeout=120) as other:
         waiting = pool.submit(other.get, "/v1/admission", params={
             "namespace": "ray", "waitForChange": before, "timeoutSeconds": "60"})
-        wait_until(lambda: server.server.admission.waiting(("ray", None)))
+        wait_until(lambda: server.server.services.admission.waiting(("ray", None)))
         server.publish(*sc.stuck(), *sc.inqueue_gang())
         body = check(LIST, waiting.result(WAIT))
     assert [i["metadata"]["name"] for i in body["items"]] == ["lonely", "queued"]
@@ -304,7 +304,7 @@ def test_the_http_client_watches_a_cluster_that_appears_later(
         events = api.watch("ray", "queued")
         assert next(events).type == "SYNCED"
         appeared = pool.submit(next, events)
-        wait_until(lambda: server.server.admission.waiting(("ray", None)))
+        wait_until(lambda: server.server.services.admission.waiting(("ray", None)))
         server.publish(*sc.stuck(), *sc.inqueue_gang())
         event = appeared.result(WAIT)
         assert (event.type, event.status and event.status.metadata.name) == ("ADDED", "queued")
@@ -328,9 +328,9 @@ def test_time_alone_turns_a_pod_stuck(server: ServerThread, client: httpx.Client
     before = get(client, "ray", "t").json()["metadata"]["version"]
     with httpx.Client(base_url=server.url, timeout=120) as other:
         waiting = pool.submit(get, other, "ray", "t", waitForChange=before, timeoutSeconds=60)
-        wait_until(lambda: server.server.admission.waiting(("ray", "t")))
+        wait_until(lambda: server.server.services.admission.waiting(("ray", "t")))
         server.clock.now = T0_EPOCH + 121
-        server.loop.call_soon_threadsafe(server.server.admission.refresh)
+        server.loop.call_soon_threadsafe(server.server.services.admission.refresh)
         assert check(GET, waiting.result(WAIT))["pods"][0]["state"] == "Stuck"
 
 
@@ -441,7 +441,7 @@ def test_shutdown_ends_long_polls_at_once(pool: ThreadPoolExecutor) -> None:
         version = get(client, "ray", "queued").json()["metadata"]["version"]
         waiting = pool.submit(get, client, "ray", "queued", waitForChange=version,
                               timeoutSeconds=300)
-        wait_until(lambda: thread.server.admission.waiting(("ray", "queued")))
+        wait_until(lambda: thread.server.services.admission.waiting(("ray", "queued")))
         started = time.monotonic()
         thread.stop()
         response = waiting.result(WAIT)

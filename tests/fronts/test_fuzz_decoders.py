@@ -35,7 +35,8 @@ from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_text
 from raygate.server.fronts import webhook
 from raygate.server.fronts.admission.http import wait_timeout
-from raygate.server.fronts.explain import ExplainService
+from raygate.server.fronts.explain.http import ExplainHttp
+from raygate.server.fronts.explain.service import ExplainService
 from raygate.server.fronts.scheduler import SchedulerExtender
 from raygate.server.fronts.volcano import VolcanoExtender
 from raygate.server.kube.decode import Decoders, decode_line, decode_page
@@ -58,7 +59,7 @@ _cache.publish(build_snapshot(load_text(demo_text(), "demo"), _config))
 _clock = lambda: T0_EPOCH + 40 * 60  # noqa: E731 - the demo's own moment (conftest)
 _scheduler = SchedulerExtender(_cache, _clock)
 _volcano = VolcanoExtender(_cache, _clock)
-_explain = ExplainService(_cache, _clock)
+_explain = ExplainHttp(ExplainService(_cache, _clock))
 
 HANDLERS: dict[str, tuple[Callable[[bytes], bytes], list[Any]]] = {
     "scheduler filter": (_scheduler.filter, SEEDS["/scheduler/filter"]),
@@ -68,7 +69,7 @@ HANDLERS: dict[str, tuple[Callable[[bytes], bytes], list[Any]]] = {
     "volcano prioritize": (_volcano.prioritize, SEEDS["/volcano/prioritize"]),
     "volcano victims": (_volcano.victims, SEEDS["/volcano/preemptable"]),
     "volcano jobEnqueueable": (_volcano.job_enqueueable, SEEDS["/volcano/jobEnqueueable"]),
-    "explain": (_explain.http_post, SEEDS["/v1/explain"]),
+    "explain": (_explain.post, SEEDS["/v1/explain"]),
     "webhook": (webhook.RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=True).mutate, [{
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "u", "operation": "CREATE",

@@ -67,7 +67,7 @@ def test_the_document_is_current() -> None:
 
 def test_every_route_served_is_in_the_document_and_no_other(demo_server: ServerThread) -> None:
     served = {(path, route.method.decode().lower())
-              for path, route in {**demo_server.server._routes(), **RAY_PODS.routes()}.items()}
+              for path, route in {**demo_server.server.routes, **RAY_PODS.routes()}.items()}
     documented = {(path, method) for path, item in OPENAPI["paths"].items()
                   for method in item if method in ("get", "post", "put", "delete", "patch")}
     assert served == documented

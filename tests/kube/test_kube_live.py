@@ -25,6 +25,7 @@ from raygate.plugin.model import GroupKey
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.keys import KINDS, key_of
 from raygate.server.cache.snapshot import Snapshot
+from raygate.server.fronts.scheduler import HostPriorities
 from raygate.server.kube.client import KubeTransport, load_connection
 from raygate.server.kube.source import LiveSource
 from raygate.server.kube.transport import BackoffPolicy, WatchSettings
@@ -267,7 +268,7 @@ def test_a_restart_with_changes_while_down_relists_and_converges(
                   "the re-lists after 410")
         live.wait_converged()
         snap = live.cache.snapshot
-        assert snap.node("cpu-2") is None and "cpu-2" not in snap.prioritize_entries
+        assert snap.node("cpu-2") is None and "cpu-2" not in HostPriorities().of(snap)
         assert {p.name for p in snap.pods_on_node("gpu-1")} == {"rc-workers-4", "rc-workers-9"}
         assert snap.scheduled_count(GroupKey("ray", "rc", "workers")) == 3
     finally:

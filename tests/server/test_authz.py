@@ -1,5 +1,5 @@
 """Delegated authentication and authorization of the status endpoints (raygate/server/authz/):
-raygate's real HTTP and gRPC servers (``RaygateServer(..., authorizer=...)``) on loopback,
+raygate's real HTTP and gRPC servers (``build_server(..., authorizer=...)``) on loopback,
 the real ``kubernetes`` client through a generated kubeconfig, and the API-server double
 answering TokenReviews and SubjectAccessReviews from its token and grant tables.
 
@@ -32,7 +32,7 @@ from raygate.contract.proto.raygate.v1 import explain_pb2 as epb
 from raygate.plugin.config import PolicyConfig
 from raygate.server.authz.authorizer import Authorizer, bearer_token
 from raygate.server.cache.cluster import ClusterCache
-from raygate.server.fronts.explain import SERVICE_NAME as EXPLAIN_SERVICE
+from raygate.server.fronts.explain.servicer import SERVICE_NAME as EXPLAIN_SERVICE
 from raygate.server.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.server.kube.client import Connection, load_connection
 from raygate.server.kube.reviews import Access, KubeReviewer, User

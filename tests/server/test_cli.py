@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from raygate.plugin.config import PolicyConfig
+from raygate.server.app import build_server
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.check.inputs import DEFAULT_MAX_BYTES
 from raygate.server.cli import _flags, _parser, main
 from raygate.server.listeners import ListenError, bind_socket
-from raygate.server.server import RaygateServer
 from testkit.builders import make_pod
 
 
@@ -323,8 +323,8 @@ def test_grpc_does_not_share_its_port_with_a_reuseport_listener() -> None:
         held.listen()
         port = held.getsockname()[1]
         with bind_socket("127.0.0.1", 0) as http:
-            server = RaygateServer(ClusterCache(PolicyConfig(), "test"), http,
-                                   f"127.0.0.1:{port}")
+            server = build_server(ClusterCache(PolicyConfig(), "test"), http,
+                                  f"127.0.0.1:{port}")
             with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1:{port} "):
                 asyncio.run(server.run())
 

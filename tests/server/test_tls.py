@@ -19,10 +19,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from raygate.plugin.config import ConfigError, PolicyConfig
+from raygate.server.app import build_server
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
 from raygate.server.listeners import bind_socket
-from raygate.server.server import RaygateServer
 from raygate.server.tls import CertReloader, TlsFiles
 from tests.conftest import FakeClock, ServerThread, wait_until
 
@@ -303,9 +303,9 @@ def test_bad_tls_settings_refuse_to_start(
         garbage.write_bytes("kein Zertifikat, nur Text: äöü\n".encode())
         fields["client_ca"] = str(garbage)
     with bind_socket(HOST, 0) as sock, pytest.raises(ConfigError) as refused:
-        RaygateServer(ClusterCache(PolicyConfig(), "test"), sock, f"{HOST}:0",
-                      settings=ServeSettings(tls_cert=fields["tls_cert"], tls_key=fields["tls_key"],
-                                             client_ca=fields["client_ca"]))
+        build_server(ClusterCache(PolicyConfig(), "test"), sock, f"{HOST}:0",
+                     settings=ServeSettings(tls_cert=fields["tls_cert"], tls_key=fields["tls_key"],
+                                            client_ca=fields["client_ca"]))
     assert message in str(refused.value), (name, str(refused.value))
 
 

@@ -101,7 +101,7 @@ _OUTCOMES: tuple[tuple[type[RaygateError], str], ...] = (
 
 
 class Authorizer:
-    """``raygate.server.server.AccessGuard``: guards HTTP routes and gRPC methods."""
+    """``raygate.server.app.AccessGuard``: guards HTTP routes and gRPC methods."""
 
     def __init__(
         self,

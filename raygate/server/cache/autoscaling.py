@@ -1,6 +1,6 @@
 """What the node autoscalers said and brought, as the snapshot holds it: the pod Events
 ``raygate.plugin.admission.autoscalers`` reads (by Event and by pod UID) and Karpenter's
-NodeClaims; ``AutoscalerTables`` edits them for ``SnapshotEditor``.
+NodeClaims; ``AutoscalerTables`` edits their indexes for ``SnapshotEditor``.
 
 Memory follows the pending Ray pods, not the cluster's events: an event about a pod the
 cache holds and that is not a Ray pod is not kept; ``forget`` drops the events of pods
@@ -10,14 +10,12 @@ old (its pod is gone, or not a Ray pod: an event can reach raygate before its po
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import cast
 
 from raygate.plugin.model import NodeClaimView, PodEventView, PodView
+from raygate.server.cache.indexes import Editing
 from raygate.server.cache.keys import EVENT, NODECLAIM, ClusterKey, ObjectKey
-from raygate.server.cache.maps import Entry, _Flat, _Nested
-
-if TYPE_CHECKING:
-    from raygate.server.cache.snapshot import Snapshot
+from raygate.server.cache.maps import Entry, _Flat
 
 AUTOSCALER_KINDS = frozenset({EVENT, NODECLAIM})
 
@@ -34,16 +32,15 @@ def latest(events: tuple[PodEventView, ...]) -> PodEventView | None:
 
 
 class AutoscalerTables:
-    """The events and NodeClaims of the snapshot being edited (one per editor)."""
+    """The events and NodeClaims of the snapshot being edited (one per editor), in the
+    editor's ``indexes``. ``follows_claims``: whether the snapshot holds every NodeClaim
+    (Karpenter's CRD is served), or none because it does not look."""
 
-    def __init__(self, base: Snapshot) -> None:
-        self.events = _Flat(base._events)
-        self.events_of = _Nested(base._events_of)
-        self.claims = _Flat(base._claims, track=True)
-        self.follows_claims = base._follows_claims
-
-    def tables(self) -> dict[str, _Flat[Any, Any]]:
-        return {EVENT: self.events, NODECLAIM: self.claims}
+    def __init__(self, indexes: Editing, follows_claims: bool) -> None:
+        self.events = indexes.events
+        self.events_of = indexes.events_of
+        self.claims = indexes.nodeclaims
+        self.follows_claims = follows_claims
 
     def upsert(self, view: PodEventView | NodeClaimView, resource_version: str,
                pods: _Flat[str, Entry[PodView]]) -> None:
@@ -93,12 +90,6 @@ class AutoscalerTables:
             if held is not None and held[1].is_ray:
                 found.add((held[1].namespace, held[1].ray_cluster))
         return found
-
-    def finish(self, snap: Snapshot) -> None:
-        snap._events = self.events.finish()
-        snap._events_of = self.events_of.finish()
-        snap._claims = self.claims.finish()
-        snap._follows_claims = self.follows_claims
 
 
 def _stale(held: Entry[PodView] | None, event: PodEventView, cutoff: float) -> bool:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import cast
 
-import msgspec
 from immutables import Map
 
 from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_record
@@ -23,14 +22,13 @@ from raygate.plugin.model import (
     RayClusterView,
     WorkloadView,
 )
-from raygate.plugin.placement import score
 from raygate.server.cache.autoscaling import AUTOSCALER_KINDS, AutoscalerTables
+from raygate.server.cache.indexes import Editing
 from raygate.server.cache.keys import (
     KINDS,
     NODE,
     NODECLAIM,
     POD,
-    PODGROUP,
     RAYCLUSTER,
     WORKLOAD,
     ClusterKey,
@@ -43,11 +41,6 @@ from raygate.server.cache.keys import (
 from raygate.server.cache.maps import _Flat, _Nested
 from raygate.server.cache.records import fix_on, forget_before
 from raygate.server.cache.snapshot import Changes, Snapshot, _serials
-from raygate.server.wire.scheduler import HostPriority
-
-HOST_PRIORITY = msgspec.json.Encoder()
-"""Each node's prioritize entry (``HostPriority``, kube-scheduler's PascalCase) is encoded
-when the node changes, not per request: prioritize joins the entries' bytes."""
 
 
 def build_snapshot(objects: ClusterObjects, config: PolicyConfig) -> Snapshot:
@@ -71,10 +64,10 @@ def reconfigured(snapshot: Snapshot, config: PolicyConfig) -> Snapshot:
     O(objects), for a reloaded config file). Versions and preemption records carry
     over, so a later re-list keeps the views it finds unchanged."""
     editor = SnapshotEditor(Snapshot.empty(config), whole=True)
-    editor.remember(r for records in snapshot._preemptions.values() for r in records)
+    editor.remember(r for records in snapshot.indexes.preemptions.values() for r in records)
     editor.autoscaling.follows_claims = snapshot._follows_claims
     for kind in KINDS:
-        for resource_version, view in snapshot._primary(kind).values():
+        for resource_version, view in snapshot.primary(kind).values():
             editor.upsert(view, resource_version)
     snap = editor.finish()
     snap._ignored = Counter(snapshot._ignored)
@@ -94,21 +87,10 @@ class SnapshotEditor:
         itemised: nobody holds the empty base)."""
         self._base = base
         self._config = base.config
-        self._nodes = _Flat(base._nodes)
-        self._pods = _Flat(base._pods)
-        self._by_node = _Nested(base._by_node)
-        self._by_group = _Nested(base._by_group)
-        self._by_cluster = _Nested(base._by_cluster)
-        self._scheduled = _Flat(base._scheduled)
-        self._preemptions = _Flat(base._preemptions, track=True)
-        self._rayclusters = _Flat(base._rayclusters, track=True)
-        self._podgroups = _Flat(base._podgroups, track=True)
-        self._workloads = _Flat(base._workloads)
-        self._workloads_of = _Nested(base._workloads_of)
-        self.autoscaling = AutoscalerTables(base)
+        self._indexes = Editing(base.indexes)
+        self.autoscaling = AutoscalerTables(self._indexes, base._follows_claims)
         # Copied on the first change of a node's class or of the node set.
         self._gpu: dict[str, bool] | None = None
-        self._entries: dict[str, bytes] | None = None
         self._new_nodes: list[str] = []
         self._bulk = whole
         """Built from nothing, or pods loaded in bulk (``_load_pods``): changes are not
@@ -123,11 +105,11 @@ class SnapshotEditor:
         elif isinstance(view, NodeView):
             self._upsert_node(view, resource_version)
         elif isinstance(view, RayClusterView):
-            self._rayclusters.set((view.namespace, view.name), (resource_version, view))
+            self._indexes.rayclusters.set((view.namespace, view.name), (resource_version, view))
         elif isinstance(view, PodGroupView):
-            self._podgroups.set((view.namespace, view.name), (resource_version, view))
+            self._indexes.podgroups.set((view.namespace, view.name), (resource_version, view))
         elif isinstance(view, PodEventView | NodeClaimView):
-            self.autoscaling.upsert(view, resource_version, self._pods)
+            self.autoscaling.upsert(view, resource_version, self._indexes.pods)
         else:
             self._upsert_workload(view, resource_version)
 
@@ -137,35 +119,33 @@ class SnapshotEditor:
             return self.autoscaling.delete(kind, key)
         if kind == POD:
             uid = cast(str, key)
-            old_pod = self._pods.pop(uid)
+            old_pod = self._indexes.pods.pop(uid)
             if old_pod is None:
                 return False
             self._unindex_pod(uid, old_pod[1])
             return True
         if kind == NODE:
             name = cast(str, key)
-            if self._nodes.pop(name) is None:
+            if self._indexes.nodes.pop(name) is None:
                 return False
-            gpu, entries = self._writable_gpu()
-            gpu.pop(name, None)
-            entries.pop(name, None)
+            self._writable_gpu().pop(name, None)
             return True
         namespaced = cast(tuple[str, str], key)
         if kind == WORKLOAD:
-            old_wl = self._workloads.pop(namespaced)
+            old_wl = self._indexes.workloads.pop(namespaced)
             if old_wl is None:
                 return False
             self._unindex_workload(namespaced, old_wl[1])
             return True
         if kind == RAYCLUSTER:
-            return self._rayclusters.pop(namespaced) is not None
-        return self._podgroups.pop(namespaced) is not None
+            return self._indexes.rayclusters.pop(namespaced) is not None
+        return self._indexes.podgroups.pop(namespaced) is not None
 
     def replace(self, kind: str, items: Iterable[tuple[str, View]]) -> tuple[int, int]:
         """Make the objects of ``kind`` exactly ``items`` ((resourceVersion, view) pairs,
         as a LIST returns them): upsert each, delete the others. Returns (upserted,
         deleted)."""
-        if kind == POD and not len(self._pods):
+        if kind == POD and not len(self._indexes.pods):
             return self._load_pods(items), 0
         self.autoscaling.follows_claims |= kind == NODECLAIM
         seen: set[ObjectKey] = set()
@@ -174,12 +154,7 @@ class SnapshotEditor:
             seen.add(key_of(view))
             self.upsert(view, resource_version)
             upserted += 1
-        tables: dict[str, _Flat[Any, Any]] = {
-            NODE: self._nodes, POD: self._pods, RAYCLUSTER: self._rayclusters,
-            PODGROUP: self._podgroups, WORKLOAD: self._workloads, **self.autoscaling.tables(),
-        }
-        primary = tables[kind]
-        stale = [key for key in primary.finish() if key not in seen]
+        stale = [key for key in self._indexes.primary(kind).finish() if key not in seen]
         for key in stale:
             self.delete(kind, key)
         return upserted, len(stale)
@@ -192,11 +167,11 @@ class SnapshotEditor:
     def forget_preemptions_before(self, cutoff: float) -> int:
         """Drop preemption records older than ``cutoff`` (seconds since the epoch) whose
         pods are gone; returns how many (``records.forget_before``)."""
-        return forget_before(self._preemptions, self._pods, cutoff)
+        return forget_before(self._indexes.preemptions, self._indexes.pods, cutoff)
 
     def forget_events(self, cutoff: float) -> int:
         """Drop the pod events no longer kept (``AutoscalerTables.forget``)."""
-        return self.autoscaling.forget(self._pods, cutoff)
+        return self.autoscaling.forget(self._indexes.pods, cutoff)
 
     def absent(self, kind: str) -> None:
         """``kind`` is not served (a CRD not installed): it has no objects, and raygate
@@ -210,69 +185,55 @@ class SnapshotEditor:
         self._done = True
         base = self._base
         if self._new_nodes:
-            fix_on(self._preemptions, self._new_nodes, self._is_gpu)
+            fix_on(self._indexes.preemptions, self._new_nodes, self._is_gpu)
         snap = Snapshot.__new__(Snapshot)
         snap.config = self._config
         snap.serial, snap.base_serial = next(_serials), base.serial
         snap.changes = None if self._bulk else self._changes()
-        if self._gpu is None or self._entries is None:
-            snap._gpu, snap.prioritize_entries = base._gpu, base.prioritize_entries
-            snap.gpu_node_names = base.gpu_node_names
+        if self._gpu is None:
+            snap.node_classes, snap.gpu_node_names = base.node_classes, base.gpu_node_names
         else:
-            snap._gpu, snap.prioritize_entries = self._gpu, self._entries
+            snap.node_classes = self._gpu
             snap.gpu_node_names = frozenset(name for name, gpu in self._gpu.items() if gpu)
-        snap._nodes = self._nodes.finish()
-        snap._pods = self._pods.finish()
-        snap._by_node = self._by_node.finish()
-        snap._by_group = self._by_group.finish()
-        snap._by_cluster = self._by_cluster.finish()
-        snap._scheduled = self._scheduled.finish()
-        snap._preemptions = self._preemptions.finish()
-        snap._rayclusters = self._rayclusters.finish()
-        snap._podgroups = self._podgroups.finish()
-        snap._workloads = self._workloads.finish()
-        snap._workloads_of = self._workloads_of.finish()
-        self.autoscaling.finish(snap)
+        snap.indexes = self._indexes.finish()
+        snap._follows_claims = self.autoscaling.follows_claims
         snap._ignored = base._ignored
         return snap
 
     def _changes(self) -> Changes:
-        clusters = set(self._by_cluster.touched) | self._workloads_of.touched
-        clusters.update(cast(set[ClusterKey], self._rayclusters.touched))
+        clusters = set(self._indexes.by_cluster.touched) | self._indexes.workloads_of.touched
+        clusters.update(cast(set[ClusterKey], self._indexes.rayclusters.touched))
         clusters.update((g.namespace, g.cluster)
-                        for g in cast(set[GroupKey], self._preemptions.touched))
-        clusters |= self.autoscaling.clusters(self._pods, self._gpu is not None)
+                        for g in cast(set[GroupKey], self._indexes.preemptions.touched))
+        clusters |= self.autoscaling.clusters(self._indexes.pods, self._gpu is not None)
         return Changes(frozenset(clusters),
-                       frozenset(cast(set[tuple[str, str]], self._podgroups.touched)))
+                       frozenset(cast(set[tuple[str, str]], self._indexes.podgroups.touched)))
 
     # --- nodes --------------------------------------------------------------------------
-    def _writable_gpu(self) -> tuple[dict[str, bool], dict[str, bytes]]:
-        if self._gpu is None or self._entries is None:
-            self._gpu = dict(self._base._gpu)
-            self._entries = dict(self._base.prioritize_entries)
-        return self._gpu, self._entries
+    def _writable_gpu(self) -> dict[str, bool]:
+        if self._gpu is None:
+            self._gpu = dict(self._base.node_classes)
+        return self._gpu
 
     def _upsert_node(self, view: NodeView, resource_version: str) -> None:
-        known = view.name in self._nodes
-        self._nodes.set(view.name, (resource_version, view))
+        known = view.name in self._indexes.nodes
+        self._indexes.nodes.set(view.name, (resource_version, view))
         is_gpu = gpu_node_reason(view, self._config) is not None
-        gpu = self._gpu if self._gpu is not None else self._base._gpu
+        gpu = self._gpu if self._gpu is not None else self._base.node_classes
         if gpu.get(view.name) is is_gpu:
             return  # same class: nothing the hot path reads changes
-        gpu, entries = self._writable_gpu()
-        gpu[view.name] = is_gpu
-        entries[view.name] = HOST_PRIORITY.encode(HostPriority(host=view.name, score=score(is_gpu)))
+        self._writable_gpu()[view.name] = is_gpu
         if not known:
             self._new_nodes.append(view.name)
 
     # --- pods ---------------------------------------------------------------------------
     def _is_gpu(self, node_name: str) -> bool:
-        gpu = self._gpu if self._gpu is not None else self._base._gpu
+        gpu = self._gpu if self._gpu is not None else self._base.node_classes
         return gpu.get(node_name, False)
 
     def _upsert_pod(self, view: PodView, resource_version: str) -> None:
         key = pod_key(view.uid, view.namespace, view.name)
-        old = self._pods.get(key)
+        old = self._indexes.pods.get(key)
         if old is not None:
             was = old[1]
             if was is view:  # a re-list handing back the view the cache holds
@@ -280,24 +241,24 @@ class SnapshotEditor:
             if was == view:
                 # A change to fields raygate does not read (container statuses, IPs, ...):
                 # keep the view readers hold, so an unchanged pod stays the same object.
-                self._pods.set(key, (resource_version, was))
+                self._indexes.pods.set(key, (resource_version, was))
                 return
             if (was.node_name == view.node_name and was.labels == view.labels
                     and was.controller == view.controller):
                 # The common update (status, conditions): same node, same group.
-                self._pods.set(key, (resource_version, view))
+                self._indexes.pods.set(key, (resource_version, view))
                 self._reindex_pod(key, was, view)
                 return
             self._unindex_pod(key, was)
-        self._pods.set(key, (resource_version, view))
+        self._indexes.pods.set(key, (resource_version, view))
         if view.node_name:
-            self._by_node.add(view.node_name, key, view)
+            self._indexes.by_node.add(view.node_name, key, view)
         if view.is_ray:
             group = view.group_key
-            self._by_group.add(group, key, view)
-            self._by_cluster.add((group.namespace, group.cluster), key, view)
+            self._indexes.by_group.add(group, key, view)
+            self._indexes.by_cluster.add((group.namespace, group.cluster), key, view)
             if is_scheduled(view):
-                self._scheduled.set(group, (self._scheduled.get(group) or 0) + 1)
+                self._indexes.scheduled.set(group, (self._indexes.scheduled.get(group) or 0) + 1)
             record = preemption_record(view, self._is_gpu(view.node_name))
             if record is not None:
                 self._add_record(record)
@@ -305,18 +266,18 @@ class SnapshotEditor:
     def _reindex_pod(self, key: str, was: PodView, view: PodView) -> None:
         """``view`` replaces ``was`` under the same node and group keys."""
         if view.node_name:
-            self._by_node.add(view.node_name, key, view)
+            self._indexes.by_node.add(view.node_name, key, view)
         if view.is_ray:
             group = view.group_key
-            self._by_group.add(group, key, view)
-            self._by_cluster.add((group.namespace, group.cluster), key, view)
+            self._indexes.by_group.add(group, key, view)
+            self._indexes.by_cluster.add((group.namespace, group.cluster), key, view)
             counted, counts = is_scheduled(was), is_scheduled(view)
             if counted != counts:
-                left = (self._scheduled.get(group) or 0) + (1 if counts else -1)
+                left = (self._indexes.scheduled.get(group) or 0) + (1 if counts else -1)
                 if left > 0:
-                    self._scheduled.set(group, left)
+                    self._indexes.scheduled.set(group, left)
                 else:
-                    self._scheduled.pop(group)
+                    self._indexes.scheduled.pop(group)
             record = preemption_record(view, self._is_gpu(view.node_name))
             if record is not None:
                 self._add_record(record)
@@ -344,26 +305,27 @@ class SnapshotEditor:
                     self._add_record(record)
         # With no pods, every pod index is empty, whatever this edit did to it before.
         self._bulk = True
-        self._pods = _Flat(Map(pods))
-        self._by_node = _Nested(Map({k: Map(v) for k, v in by_node.items()}))
-        self._by_group = _Nested(Map({k: Map(v) for k, v in by_group.items()}))
-        self._by_cluster = _Nested(Map({k: Map(v) for k, v in by_cluster.items()}))
-        self._scheduled = _Flat(Map(scheduled))
+        ix = self._indexes
+        ix.pods = _Flat(Map(pods))
+        ix.by_node = _Nested(Map({k: Map(v) for k, v in by_node.items()}))
+        ix.by_group = _Nested(Map({k: Map(v) for k, v in by_group.items()}))
+        ix.by_cluster = _Nested(Map({k: Map(v) for k, v in by_cluster.items()}))
+        ix.scheduled = _Flat(Map(scheduled))
         return len(pods)
 
     def _unindex_pod(self, key: str, view: PodView) -> None:
         if view.node_name:
-            self._by_node.remove(view.node_name, key)
+            self._indexes.by_node.remove(view.node_name, key)
         if view.is_ray:
             group = view.group_key
-            self._by_group.remove(group, key)
-            self._by_cluster.remove((group.namespace, group.cluster), key)
+            self._indexes.by_group.remove(group, key)
+            self._indexes.by_cluster.remove((group.namespace, group.cluster), key)
             if is_scheduled(view):
-                left = (self._scheduled.get(group) or 0) - 1
+                left = (self._indexes.scheduled.get(group) or 0) - 1
                 if left > 0:
-                    self._scheduled.set(group, left)
+                    self._indexes.scheduled.set(group, left)
                 else:
-                    self._scheduled.pop(group)
+                    self._indexes.scheduled.pop(group)
         # Preemption records stay: the thrash guard needs them after the pod is gone.
 
     # --- workloads ----------------------------------------------------------------------
@@ -375,21 +337,21 @@ class SnapshotEditor:
 
     def _upsert_workload(self, view: WorkloadView, resource_version: str) -> None:
         key = (view.namespace, view.name)
-        old = self._workloads.get(key)
+        old = self._indexes.workloads.get(key)
         if old is not None:
             self._unindex_workload(key, old[1])
-        self._workloads.set(key, (resource_version, view))
+        self._indexes.workloads.set(key, (resource_version, view))
         owner = self._owner_cluster(view)
         if owner is not None:
-            self._workloads_of.add(owner, key, view)
+            self._indexes.workloads_of.add(owner, key, view)
 
     def _unindex_workload(self, key: tuple[str, str], view: WorkloadView) -> None:
         owner = self._owner_cluster(view)
         if owner is not None:
-            self._workloads_of.remove(owner, key)
+            self._indexes.workloads_of.remove(owner, key)
 
     # --- preemption records -------------------------------------------------------------
     def _add_record(self, record: PreemptionRecord) -> None:
-        records = self._preemptions.get(record.group) or ()
+        records = self._indexes.preemptions.get(record.group) or ()
         if record not in records:
-            self._preemptions.set(record.group, (*records, record))
+            self._indexes.preemptions.set(record.group, (*records, record))

@@ -7,13 +7,13 @@ config)``); the Kubernetes list/watch (``raygate.server.kube``) edits the curren
 batch of watch events at a time (``SnapshotEditor(snapshot)`` ... ``finish()``).
 
 Every index is a persistent map (``immutables.Map``, the hash array mapped trie behind
-CPython's contextvars): an edit copies only the O(log n) path to what changed and shares
-everything else with the snapshot it started from, so a watch event costs microseconds
-at 150,000 pods and the snapshot a reader holds never changes under it. Two hot-path
-structures stay plain, because kube-scheduler asks them once per node name and a HAMT
-lookup is several times slower than a dict's: ``gpu_node_names`` (a frozenset) and
-``prioritize_entries`` (a dict). They change only when a node appears, disappears or
-changes class, and an edit then copies them once (O(nodes)).
+CPython's contextvars), all of them held by one ``indexes.Indexes``: an edit copies only
+the O(log n) path to what changed and shares everything else with the snapshot it started
+from, so a watch event costs microseconds at 150,000 pods and the snapshot a reader holds
+never changes under it. Two hot-path structures stay plain, because kube-scheduler asks
+them once per node name and a HAMT lookup is several times slower than a dict's:
+``gpu_node_names`` (a frozenset) and ``node_classes`` (a dict). They change only when a
+node appears, disappears or changes class, and an edit then copies them once (O(nodes)).
 
 Pods are indexed by UID, by node, by RayCluster group and by RayCluster. The tuples of
 ``pods_on_node``, ``group_pods``, ``cluster_pods`` and ``rayclusters`` come in no
@@ -42,6 +42,7 @@ from raygate.plugin.model import (
     WorkloadView,
 )
 from raygate.server.cache.autoscaling import latest
+from raygate.server.cache.indexes import PRIMARY, Indexes
 from raygate.server.cache.keys import (
     EVENT,
     NODE,
@@ -55,7 +56,7 @@ from raygate.server.cache.keys import (
     ObjectKey,
     View,
 )
-from raygate.server.cache.maps import _EMPTY, Entry, _values
+from raygate.server.cache.maps import Entry, _values
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,11 @@ class Snapshot:
     config: PolicyConfig
     gpu_node_names: frozenset[str]
     """GPU nodes by name: ``in`` is the filter's per-node question."""
-    prioritize_entries: dict[str, bytes]
-    """The prioritize reply entry of each known node for a managed pod, built once per
-    node, not per request (the score depends only on the node's class). Read-only."""
+    node_classes: dict[str, bool]
+    """Is each known node a GPU node. Read-only, and the very same dict in the snapshots
+    that follow until a node appears, goes or changes class: its identity tells a reader
+    that memoises per node class (the scheduler front's prioritize entries) when to look
+    again."""
     serial: int
     base_serial: int
     """The serial of the snapshot this one was edited from (0: built from nothing)."""
@@ -96,21 +99,7 @@ class Snapshot:
     """What changed from the base; None when unknown (a snapshot built whole, a bulk
     load, a policy change): a reader must look at everything."""
 
-    _nodes: Map[str, Entry[NodeView]]
-    _gpu: dict[str, bool]
-    _pods: Map[str, Entry[PodView]]
-    _by_node: Map[str, Map[str, PodView]]
-    _by_group: Map[GroupKey, Map[str, PodView]]
-    _by_cluster: Map[tuple[str, str], Map[str, PodView]]
-    _scheduled: Map[GroupKey, int]
-    _preemptions: Map[GroupKey, tuple[PreemptionRecord, ...]]
-    _rayclusters: Map[tuple[str, str], Entry[RayClusterView]]
-    _podgroups: Map[tuple[str, str], Entry[PodGroupView]]
-    _workloads: Map[tuple[str, str], Entry[WorkloadView]]
-    _workloads_of: Map[tuple[str, str], Map[tuple[str, str], WorkloadView]]
-    _events: Map[tuple[str, str], Entry[PodEventView]]
-    _events_of: Map[str, Map[tuple[str, str], PodEventView]]
-    _claims: Map[str, Entry[NodeClaimView]]
+    indexes: Indexes
     _follows_claims: bool
     _ignored: Counter[str]
 
@@ -120,66 +109,62 @@ class Snapshot:
         snap.config = config
         snap.serial, snap.base_serial, snap.changes = next(_serials), 0, None
         snap.gpu_node_names = frozenset()
-        snap.prioritize_entries = {}
-        snap._gpu = {}
-        snap._nodes = snap._pods = snap._by_node = snap._by_group = _EMPTY
-        snap._by_cluster = snap._scheduled = snap._preemptions = _EMPTY
-        snap._rayclusters = snap._podgroups = snap._workloads = snap._workloads_of = _EMPTY
-        snap._events = snap._events_of = snap._claims = _EMPTY
+        snap.node_classes = {}
+        snap.indexes = Indexes()
         snap._follows_claims = False
         snap._ignored = Counter()
         return snap
 
     # --- plugin.model.ClusterView -------------------------------------------------------
     def node(self, name: str) -> NodeView | None:
-        entry = self._nodes.get(name)
+        entry = self.indexes.nodes.get(name)
         return None if entry is None else entry[1]
 
     def is_gpu_node(self, name: str) -> bool | None:
-        return self._gpu.get(name)
+        return self.node_classes.get(name)
 
     def pod(self, uid: str) -> PodView | None:
-        entry = self._pods.get(uid)
+        entry = self.indexes.pods.get(uid)
         return None if entry is None else entry[1]
 
     def pods_on_node(self, name: str) -> tuple[PodView, ...]:
-        return _values(self._by_node.get(name))
+        return _values(self.indexes.by_node.get(name))
 
     def group_pods(self, key: GroupKey) -> tuple[PodView, ...]:
-        return _values(self._by_group.get(key))
+        return _values(self.indexes.by_group.get(key))
 
     def scheduled_count(self, key: GroupKey) -> int:
-        return self._scheduled.get(key, 0)
+        return self.indexes.scheduled.get(key, 0)
 
     def raycluster(self, namespace: str, name: str) -> RayClusterView | None:
-        entry = self._rayclusters.get((namespace, name))
+        entry = self.indexes.rayclusters.get((namespace, name))
         return None if entry is None else entry[1]
 
     def preemptions(self, key: GroupKey) -> tuple[PreemptionRecord, ...]:
-        return self._preemptions.get(key, ())
+        return self.indexes.preemptions.get(key, ())
 
     def rayclusters(self) -> tuple[RayClusterView, ...]:
         return self._raycluster_views
 
     def cluster_pods(self, namespace: str, cluster: str) -> tuple[PodView, ...]:
-        return _values(self._by_cluster.get((namespace, cluster)))
+        return _values(self.indexes.by_cluster.get((namespace, cluster)))
 
     def pod_clusters(self) -> tuple[tuple[str, str], ...]:
         """``(namespace, RayCluster)`` of every Ray pod's cluster, known or not."""
-        return tuple(self._by_cluster.keys())
+        return tuple(self.indexes.by_cluster.keys())
 
     def podgroup(self, namespace: str, name: str) -> PodGroupView | None:
-        entry = self._podgroups.get((namespace, name))
+        entry = self.indexes.podgroups.get((namespace, name))
         return None if entry is None else entry[1]
 
     def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
-        return _values(self._workloads_of.get((namespace, cluster)))
+        return _values(self.indexes.workloads_of.get((namespace, cluster)))
 
     def pod_event(self, uid: str) -> PodEventView | None:
-        return latest(_values(self._events_of.get(uid)))
+        return latest(_values(self.indexes.events_of.get(uid)))
 
     def node_claim(self, name: str) -> NodeClaimView | None:
-        entry = self._claims.get(name)
+        entry = self.indexes.nodeclaims.get(name)
         return None if entry is None else entry[1]
 
     def follows_node_claims(self) -> bool:
@@ -188,45 +173,33 @@ class Snapshot:
     # --- for status endpoints, logs and the list/watch source ---------------------------
     @cached_property
     def _raycluster_views(self) -> tuple[RayClusterView, ...]:
-        return tuple(view for _, view in self._rayclusters.values())
+        return self._views(RAYCLUSTER)
+
+    def _views(self, kind: str) -> tuple[Any, ...]:
+        return tuple(view for _, view in self.primary(kind).values())
 
     @cached_property
     def objects(self) -> ClusterObjects:
         """Every object of the snapshot (built on first use: O(objects))."""
         return ClusterObjects(
-            nodes=tuple(view for _, view in self._nodes.values()),
-            pods=tuple(view for _, view in self._pods.values()),
-            rayclusters=self._raycluster_views,
-            podgroups=tuple(view for _, view in self._podgroups.values()),
-            workloads=tuple(view for _, view in self._workloads.values()),
-            events=tuple(view for _, view in self._events.values()),
-            node_claims=tuple(view for _, view in self._claims.values()),
+            nodes=self._views(NODE), pods=self._views(POD), rayclusters=self._raycluster_views,
+            podgroups=self._views(PODGROUP), workloads=self._views(WORKLOAD),
+            events=self._views(EVENT), node_claims=self._views(NODECLAIM),
             ignored=Counter(self._ignored),
         )
 
     def counts(self) -> dict[str, int]:
-        return {
-            "nodes": len(self._nodes),
-            "pods": len(self._pods),
-            "rayclusters": len(self._rayclusters),
-            "podgroups": len(self._podgroups),
-            "workloads": len(self._workloads),
-            "events": len(self._events),
-            "nodeclaims": len(self._claims),
-        }
+        return {name: len(getattr(self.indexes, name)) for name in PRIMARY.values()}
 
     def count(self, kind: str) -> int:
-        return len(self._primary(kind))
+        return len(self.primary(kind))
 
     def version_of(self, kind: str, key: ObjectKey) -> Entry[View] | None:
         """(resourceVersion, view) of the object ``key`` of ``kind``, if held."""
-        entry: Entry[View] | None = self._primary(kind).get(key)
+        entry: Entry[View] | None = self.primary(kind).get(key)
         return entry
 
-    def _primary(self, kind: str) -> Map[Any, Entry[Any]]:
-        tables: dict[str, Map[Any, Entry[Any]]] = {
-            NODE: self._nodes, POD: self._pods, RAYCLUSTER: self._rayclusters,
-            PODGROUP: self._podgroups, WORKLOAD: self._workloads, EVENT: self._events,
-            NODECLAIM: self._claims,
-        }
-        return tables[kind]
+    def primary(self, kind: str) -> Map[Any, Entry[Any]]:
+        """The table of ``kind``'s objects: (resourceVersion, view) by object key."""
+        table: Map[Any, Entry[Any]] = getattr(self.indexes, PRIMARY[kind])
+        return table

@@ -31,7 +31,7 @@ from raygate.server.metrics.registry import Metrics, VerbMetrics
 from raygate.server.wire import decode, kube
 from raygate.server.wire import scheduler as wire
 
-__all__ = ["SchedulerExtender", "scheduler_routes"]
+__all__ = ["HostPriorities", "SchedulerExtender", "scheduler_routes"]
 
 log = logging.getLogger("raygate.scheduler")
 
@@ -75,6 +75,36 @@ class RequestPods:
         return self._views.put(text, view)
 
 
+class HostPriorities:
+    """kube-scheduler's ``HostPriority`` (PascalCase JSON) of each node the cache knows,
+    for a managed pod: prioritize joins their bytes. The score depends only on the node's
+    class, so each node's entry is encoded when its class changes, not per request: the
+    cache's ``node_classes`` stays the same dict until a node appears, goes or changes
+    class, and only the nodes that did are encoded again."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, bool] = {}
+        self._entries: dict[str, bytes] = {}
+
+    def of(self, snap: Snapshot) -> dict[str, bytes]:
+        """The entries by node name for ``snap``. Read-only."""
+        classes = snap.node_classes
+        if classes is not self._classes:
+            self._follow(classes)
+        return self._entries
+
+    def _follow(self, classes: dict[str, bool]) -> None:
+        # Set differences of the items: C loops over the nodes, Python only for a change.
+        entries = dict(self._entries)
+        for name in self._classes.keys() - classes.keys():
+            del entries[name]
+        for name, is_gpu in classes.items() - self._classes.items():
+            entries[name] = _encode(wire.HostPriority(host=name, score=score(is_gpu)))
+        # Entries first: a reader that sees the new classes finds their entries.
+        self._entries, self._classes = entries, classes
+
+
+
 def _nodes_from_list(
     raw_items: list[msgspec.Raw], snap: Snapshot
 ) -> list[tuple[msgspec.Raw, str, bool]]:
@@ -95,6 +125,7 @@ class SchedulerExtender:
         self.clock = clock
         self.request_pods = RequestPods()
         self.decisions = DecisionMemo()
+        self.host_priorities = HostPriorities()
         self.stale_refusals: StaleRefusals | None = None
         """Where filter notes the pods it refuses GPU nodes to (set by the server when it
         may ask kube-scheduler to try them again)."""
@@ -173,7 +204,8 @@ class SchedulerExtender:
             # Nodes the cache has never seen get no entry: no opinion, their in-tree
             # scores stand.
             # C-level: entries are non-empty bytes, so filter(None) drops just the unknown.
-            entries = list(filter(None, map(snap.prioritize_entries.get, names)))
+            known = self.host_priorities.of(snap)
+            entries = list(filter(None, map(known.get, names)))
             if len(entries) < len(names):
                 self._prioritize_metrics.unknown_nodes.inc(len(names) - len(entries))
             return b"[" + b",".join(entries) + b"]"

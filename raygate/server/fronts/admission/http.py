@@ -1,14 +1,22 @@
-"""The HTTP side of the admission-status API: conditional GETs (ETag, ``If-None-Match``),
-the long-poll's ``waitForChange`` timeout, and the OpenAPI document."""
+"""The admission-status API over HTTP: requests parsed (the long-poll's ``waitForChange``
+and ``timeoutSeconds``), replies encoded (conditional GETs: ETag, ``If-None-Match``), the
+statuses and the waiting ``AdmissionService``'s; and the OpenAPI document."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+from collections.abc import Callable
 from importlib import resources
 
-from raygate.contract.errors import BadRequest
-from raygate.server.http.routes import JSON, Request, Response
+from raygate.contract.errors import BadRequest, RayClusterNotFound
+from raygate.server.fronts.admission.service import AdmissionService
+from raygate.server.fronts.admission.state import Generation, Scope
+from raygate.server.http.routes import JSON, AsyncRoute, Request, Response, Route
+
+__all__ = ["AdmissionHttp", "admission_routes", "openapi_document", "wait_timeout",
+           "wait_version"]
 
 MAX_WAIT_SECONDS = 300.0
 """The longest long-poll (``timeoutSeconds``); a client polls again after it."""
@@ -65,3 +73,64 @@ def conditional_reply(request: Request, version: str, body: bytes) -> Response:
 def openapi_document() -> bytes:
     """The OpenAPI 3.1 document of the HTTP API, shipped in the package."""
     return resources.files("raygate.server").joinpath("openapi.json").read_bytes()
+
+
+class AdmissionHttp:
+    """The admission routes' handlers over ``service``: get and list, each a long-poll
+    when the request gives ``waitForChange``."""
+
+    def __init__(self, service: AdmissionService) -> None:
+        self.service = service
+
+    async def status(self, request: Request) -> Response:
+        namespace, name = request.params["namespace"], request.params["name"]
+        scope: Scope = (namespace, name)
+
+        def version(generation: Generation) -> str:
+            entry = generation.entries.get((namespace, name))
+            return "" if entry is None else entry.version
+
+        generation = await self._maybe_wait(request, scope, version)
+        entry = generation.entries.get((namespace, name))
+        if entry is None:
+            raise RayClusterNotFound(namespace, name, self.service.cache.ready)
+        return conditional_reply(request, entry.version, entry.body)
+
+    async def statuses(self, request: Request) -> Response:
+        namespace = request.query.get("namespace") or None
+        generation = await self._maybe_wait(
+            request, (namespace, None), lambda g: g.listing(namespace)[0])
+        version, body, _ = generation.listing(namespace)
+        return conditional_reply(request, version, body)
+
+    async def _maybe_wait(self, request: Request, scope: Scope,
+                          version: Callable[[Generation], str]) -> Generation:
+        seen = wait_version(request.query.get("waitForChange"))
+        timeout = wait_timeout(request.query.get("timeoutSeconds"))
+        service = self.service
+        generation = service.current()
+        # No version: a RayCluster raygate does not know is answered (404) at once, not
+        # held for the timeout. A listing always has one.
+        if seen is None or not version(generation):
+            return generation
+        waiting = asyncio.ensure_future(service.wait_for_change(scope, version, seen, timeout))
+        gone = asyncio.ensure_future(request.disconnected())
+        try:
+            await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not waiting.done():  # the client left; nobody reads the answer
+            waiting.cancel()
+            return service.current()
+        return waiting.result()
+
+
+def admission_routes(service: AdmissionService) -> dict[str, Route | AsyncRoute]:
+    """``/v1/...`` admission status (get, list, long-poll) and ``/openapi.json``."""
+    http = AdmissionHttp(service)
+    document = openapi_document()
+    return {
+        "/v1/namespaces/{namespace}/rayclusters/{name}/admission": AsyncRoute(b"GET", http.status),
+        "/v1/admission": AsyncRoute(b"GET", http.statuses),
+        "/openapi.json": Route(b"GET", lambda _: document),
+    }

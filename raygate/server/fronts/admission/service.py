@@ -1,6 +1,6 @@
 """The admission-status API: the derivation of ``raygate.plugin.admission`` memoised per
-snapshot, versioned, and served over HTTP (get, list, ETag, long-poll); the gRPC servicer
-(``raygate.server.grpc.servicers``) reads the same ``AdmissionService``.
+snapshot, versioned and watched. Its fronts read the same ``AdmissionService``: HTTP
+(``http``: get, list, ETag, long-poll) and gRPC (``raygate.server.grpc.servicers``).
 
 ``AdmissionService`` keeps one ``Generation``: the statuses of every RayCluster for one
 snapshot. It is rebuilt when the cache publishes a new snapshot (the listener hops onto
@@ -39,20 +39,10 @@ from raygate.plugin.admission import admission_inputs, admission_status
 from raygate.plugin.model import RayClusterView
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
-from raygate.server.fronts.admission.http import (
-    conditional_reply,
-    openapi_document,
-    wait_timeout,
-    wait_version,
-)
 from raygate.server.fronts.admission.state import Build, Entry, Generation, Key, Scope, untouched
 from raygate.server.fronts.admission.waiters import WAKE_BATCH, Signal
-from raygate.server.http.routes import AsyncRoute, Request, Response, Route
 
-__all__ = [
-    "AdmissionService",
-    "admission_routes",
-]
+__all__ = ["AdmissionService"]
 
 log = logging.getLogger("raygate.admission")
 
@@ -324,56 +314,3 @@ class AdmissionService:
                 signal.disarm(woken)
             for kind_entry in events:
                 yield kind_entry
-
-    # --- HTTP ---------------------------------------------------------------------------
-    async def http_get(self, request: Request) -> Response:
-        namespace, name = request.params["namespace"], request.params["name"]
-        scope: Scope = (namespace, name)
-
-        def version(generation: Generation) -> str:
-            entry = generation.entries.get((namespace, name))
-            return "" if entry is None else entry.version
-
-        generation = await self._maybe_wait(request, scope, version)
-        entry = generation.entries.get((namespace, name))
-        if entry is None:
-            raise RayClusterNotFound(namespace, name, self.cache.ready)
-        return conditional_reply(request, entry.version, entry.body)
-
-    async def http_list(self, request: Request) -> Response:
-        namespace = request.query.get("namespace") or None
-        generation = await self._maybe_wait(
-            request, (namespace, None), lambda g: g.listing(namespace)[0])
-        version, body, _ = generation.listing(namespace)
-        return conditional_reply(request, version, body)
-
-    async def _maybe_wait(self, request: Request, scope: Scope,
-                          version: Callable[[Generation], str]) -> Generation:
-        seen = wait_version(request.query.get("waitForChange"))
-        timeout = wait_timeout(request.query.get("timeoutSeconds"))
-        generation = self.current()
-        # No version: a RayCluster raygate does not know is answered (404) at once, not
-        # held for the timeout. A listing always has one.
-        if seen is None or not version(generation):
-            return generation
-        waiting = asyncio.ensure_future(self.wait_for_change(scope, version, seen, timeout))
-        gone = asyncio.ensure_future(request.disconnected())
-        try:
-            await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if not waiting.done():  # the client left; nobody reads the answer
-            waiting.cancel()
-            return self.current()
-        return waiting.result()
-
-
-def admission_routes(service: AdmissionService) -> dict[str, Route | AsyncRoute]:
-    """``/v1/...`` admission status (get, list, long-poll) and ``/openapi.json``."""
-    document = openapi_document()
-    return {
-        "/v1/namespaces/{namespace}/rayclusters/{name}/admission":
-            AsyncRoute(b"GET", service.http_get),
-        "/v1/admission": AsyncRoute(b"GET", service.http_list),
-        "/openapi.json": Route(b"GET", lambda _: document),
-    }

@@ -1,0 +1,118 @@
+"""Every index of a snapshot in one object (``Indexes``), and the same indexes being
+edited (``Editing``): the fields of ``Indexes`` are the one list of them, from which the
+empty indexes, the editors and the finished indexes are all made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from immutables import Map
+
+from raygate.plugin.model import (
+    GroupKey,
+    NodeClaimView,
+    NodeView,
+    PodEventView,
+    PodGroupView,
+    PodView,
+    PreemptionRecord,
+    RayClusterView,
+    WorkloadView,
+)
+from raygate.server.cache.keys import (
+    EVENT,
+    NODE,
+    NODECLAIM,
+    POD,
+    PODGROUP,
+    RAYCLUSTER,
+    WORKLOAD,
+    ClusterKey,
+)
+from raygate.server.cache.maps import _EMPTY, Entry, _Flat, _Nested
+
+__all__ = ["PRIMARY", "Editing", "Indexes"]
+
+NamespacedKey = tuple[str, str]
+
+
+# How each field of ``Indexes`` is edited (its ``metadata``): a map of key -> value, one
+# whose editor also records the keys an edit touched (what ``Changes`` is made of), or a
+# map of key -> member -> value, edited an inner map at a time.
+_FLAT = {"track": False}
+_TRACKED = {"track": True}
+_NESTED = {"nested": True}
+
+
+@dataclass(frozen=True, slots=True)
+class Indexes:
+    """The persistent maps of one snapshot; ``Indexes()`` is every one of them empty.
+
+    The primary tables hold (resourceVersion, view) by ``keys.ObjectKey``; the others
+    are derived from them as the editor keeps them."""
+
+    nodes: Map[str, Entry[NodeView]] = field(default=_EMPTY, metadata=_FLAT)
+    pods: Map[str, Entry[PodView]] = field(default=_EMPTY, metadata=_FLAT)
+    rayclusters: Map[ClusterKey, Entry[RayClusterView]] = field(default=_EMPTY, metadata=_TRACKED)
+    podgroups: Map[NamespacedKey, Entry[PodGroupView]] = field(default=_EMPTY, metadata=_TRACKED)
+    workloads: Map[NamespacedKey, Entry[WorkloadView]] = field(default=_EMPTY, metadata=_FLAT)
+    events: Map[NamespacedKey, Entry[PodEventView]] = field(default=_EMPTY, metadata=_FLAT)
+    nodeclaims: Map[str, Entry[NodeClaimView]] = field(default=_EMPTY, metadata=_TRACKED)
+    by_node: Map[str, Map[str, PodView]] = field(default=_EMPTY, metadata=_NESTED)
+    """Pods by node name, then by pod key."""
+    by_group: Map[GroupKey, Map[str, PodView]] = field(default=_EMPTY, metadata=_NESTED)
+    by_cluster: Map[ClusterKey, Map[str, PodView]] = field(default=_EMPTY, metadata=_NESTED)
+    scheduled: Map[GroupKey, int] = field(default=_EMPTY, metadata=_FLAT)
+    """Pods of a group counted as scheduled (``classify.is_scheduled``)."""
+    preemptions: Map[GroupKey, tuple[PreemptionRecord, ...]] = field(
+        default=_EMPTY, metadata=_TRACKED)
+    workloads_of: Map[ClusterKey, Map[NamespacedKey, WorkloadView]] = field(
+        default=_EMPTY, metadata=_NESTED)
+    """Workloads by the RayCluster that owns them."""
+    events_of: Map[str, Map[NamespacedKey, PodEventView]] = field(default=_EMPTY, metadata=_NESTED)
+    """Pod events by pod UID."""
+
+
+PRIMARY: dict[str, str] = {
+    NODE: "nodes", POD: "pods", RAYCLUSTER: "rayclusters", PODGROUP: "podgroups",
+    WORKLOAD: "workloads", EVENT: "events", NODECLAIM: "nodeclaims",
+}
+"""The field of ``Indexes`` (and of ``Editing``) that holds each kind's objects, in the
+order of ``keys.KINDS`` (and of ``Snapshot.counts``)."""
+
+
+class Editing:
+    """The indexes of the snapshot being edited: an editor per field of ``Indexes``
+    (``maps._Flat``, ``maps._Nested``), each starting from the base's map. Untouched
+    maps cost nothing and finish as the very map the base holds."""
+
+    # Declared for the type checker; made from the fields of ``Indexes`` in __init__.
+    nodes: _Flat[str, Entry[NodeView]]
+    pods: _Flat[str, Entry[PodView]]
+    rayclusters: _Flat[ClusterKey, Entry[RayClusterView]]
+    podgroups: _Flat[NamespacedKey, Entry[PodGroupView]]
+    workloads: _Flat[NamespacedKey, Entry[WorkloadView]]
+    events: _Flat[NamespacedKey, Entry[PodEventView]]
+    nodeclaims: _Flat[str, Entry[NodeClaimView]]
+    by_node: _Nested[str, str, PodView]
+    by_group: _Nested[GroupKey, str, PodView]
+    by_cluster: _Nested[ClusterKey, str, PodView]
+    scheduled: _Flat[GroupKey, int]
+    preemptions: _Flat[GroupKey, tuple[PreemptionRecord, ...]]
+    workloads_of: _Nested[ClusterKey, NamespacedKey, WorkloadView]
+    events_of: _Nested[str, NamespacedKey, PodEventView]
+
+    def __init__(self, base: Indexes) -> None:
+        for index in fields(Indexes):
+            start = getattr(base, index.name)
+            setattr(self, index.name, _Nested(start) if index.metadata.get("nested")
+                    else _Flat(start, track=index.metadata["track"]))
+
+    def primary(self, kind: str) -> _Flat[Any, Entry[Any]]:
+        table: _Flat[Any, Entry[Any]] = getattr(self, PRIMARY[kind])
+        return table
+
+    def finish(self) -> Indexes:
+        return Indexes(**{index.name: getattr(self, index.name).finish()
+                          for index in fields(Indexes)})
