@@ -31,12 +31,12 @@ from raygate.server.controllers.budgets import DisruptionBudgets
 from raygate.server.controllers.placement import NativePlacement
 from raygate.server.controllers.requeue import StaleRefusals
 from raygate.server.fronts.admission.service import AdmissionService
+from raygate.server.fronts.admission.servicer import SERVICE_NAME as ADMISSION_SERVICE
+from raygate.server.fronts.admission.servicer import add_admission_service
 from raygate.server.fronts.explain.service import ExplainService
 from raygate.server.fronts.explain.servicer import SERVICE_NAME as EXPLAIN_SERVICE
 from raygate.server.fronts.explain.servicer import add_explain_service
 from raygate.server.fronts.health import health_routes
-from raygate.server.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
-from raygate.server.grpc.servicers import add_admission_service
 from raygate.server.http.app import HttpApp
 from raygate.server.http.routes import AsyncRoute, Route
 from raygate.server.kube.leader import Leadership

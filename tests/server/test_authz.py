@@ -32,8 +32,8 @@ from raygate.contract.proto.raygate.v1 import explain_pb2 as epb
 from raygate.plugin.config import PolicyConfig
 from raygate.server.authz.authorizer import Authorizer, bearer_token
 from raygate.server.cache.cluster import ClusterCache
+from raygate.server.fronts.admission.servicer import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.server.fronts.explain.servicer import SERVICE_NAME as EXPLAIN_SERVICE
-from raygate.server.grpc.servicers import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.server.kube.client import Connection, load_connection
 from raygate.server.kube.reviews import Access, KubeReviewer, User
 from testkit.apiserver import (

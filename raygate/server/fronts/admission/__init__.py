@@ -2,6 +2,6 @@
 
 ``service`` derives, memoises and watches the statuses (``state``: one snapshot's
 statuses; ``waiters``: who waits for a change); ``http`` parses requests and encodes
-replies over it, as the gRPC servicer (``raygate.server.grpc.servicers``) does: each
-front calls the service, never the other way round.
+replies over it, as ``servicer`` does over gRPC: both call the service, never the other
+way round.
 """

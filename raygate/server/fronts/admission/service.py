@@ -1,6 +1,6 @@
 """The admission-status API: the derivation of ``raygate.plugin.admission`` memoised per
 snapshot, versioned and watched. Its fronts read the same ``AdmissionService``: HTTP
-(``http``: get, list, ETag, long-poll) and gRPC (``raygate.server.grpc.servicers``).
+(``http``: get, list, ETag, long-poll) and gRPC (``servicer``).
 
 ``AdmissionService`` keeps one ``Generation``: the statuses of every RayCluster for one
 snapshot. It is rebuilt when the cache publishes a new snapshot (the listener hops onto

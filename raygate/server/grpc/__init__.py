@@ -1,1 +1,0 @@
-"""The gRPC servicers of raygate's own API (``raygate.v1``)."""
