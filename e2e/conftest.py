@@ -53,6 +53,9 @@ def karpenter(testbed: Testbed) -> Iterator[Karpenter]:
     the session's testbed, for one module's scenarios: it acts on every unschedulable pod
     in the cluster (writing its events on them), so it stops when they are done."""
     started = start_karpenter(testbed)
+    # raygate looks again once a minute for a kind it did not find served: restarted now,
+    # it follows NodeClaims from its first list, as where Karpenter was installed first.
+    testbed.restart_raygate()
     yield started
     started.stop()
 

@@ -216,6 +216,13 @@ class Testbed:
         """raygate (``testbed.components.Raygate``), or again after ``kill_raygate``."""
         return self.add(self.addon(components.Raygate) or components.Raygate()).started()
 
+    def restart_raygate(self) -> Process:
+        """Stop raygate as a rollout does (it releases its Lease) and start it again."""
+        raygate = self.addon(components.Raygate)
+        if raygate is not None:
+            raygate.stop()
+        return self.start_raygate()
+
     def kill_raygate(self) -> None:
         """SIGKILL raygate; it stays down (not supervised) until ``start_raygate()``."""
         self.processes.pop("raygate").kill()
