@@ -1,7 +1,7 @@
 """The admission-status API's JSON (``raygate.io/v1``), for the server and the client.
 
 Kubernetes-style camelCase keys; every field is always present (``null`` where a value
-is absent), so a client reads the same shape whatever the state. ``extender/openapi.json``
+is absent), so a client reads the same shape whatever the state. ``raygate/server/openapi.json``
 describes the same documents; a test checks live replies against it.
 """
 

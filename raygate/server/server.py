@@ -317,7 +317,7 @@ def _main_tls(settings: ServeSettings) -> CertReloader | None:
     if not (settings.tls_cert or settings.tls_key or settings.client_ca):
         return None
     if not (settings.tls_cert and settings.tls_key):
-        # Settings read by extender.settings never get here (checked there, naming where
+        # Settings read by config.settings never get here (checked there, naming where
         # each was set); a server built from bare ServeSettings must still not serve
         # plain text when TLS was asked for.
         raise ConfigError(["tls_cert, tls_key: TLS (and client_ca) needs both"])

@@ -104,7 +104,6 @@ class HostPriorities:
         self._entries, self._classes = entries, classes
 
 
-
 def _nodes_from_list(
     raw_items: list[msgspec.Raw], snap: Snapshot
 ) -> list[tuple[msgspec.Raw, str, bool]]:

@@ -234,7 +234,7 @@ class TypeMeta(_Base):
     kind: str = ""
 
 
-# --- list and watch envelopes (extender.kube) ------------------------------------------
+# --- list and watch envelopes (server.kube) --------------------------------------------
 
 T = TypeVar("T")
 

@@ -9,7 +9,13 @@ from urllib.parse import quote, urlsplit
 import grpc
 import msgspec
 
-from raygate.contract.errors import BadRequest, RaygateError
+from raygate.contract.errors import (
+    GRPC_ERRORS,
+    HTTP_ERRORS,
+    BadRequest,
+    RaygateError,
+    Unavailable,
+)
 from raygate.contract.explain import ExplainReply
 from raygate.contract.proto.raygate.v1 import explain_pb2 as pb
 from raygate.contract.proto.raygate.v1 import explain_pb2_grpc
@@ -30,7 +36,9 @@ def fetch(url: str, namespace: str, name: str, node_names: Sequence[str] | None,
                     namespace=namespace, name=name, node_names=list(node_names or ())),
                     timeout=timeout)
             except grpc.RpcError as exc:
-                raise RaygateError(f"raygate at {url}: {exc.details()}") from None
+                code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
+                raise GRPC_ERRORS.get(code, RaygateError)(
+                    f"raygate at {url}: {exc.details()}") from None
             return from_proto(message)
     if parts.scheme not in ("http", "https"):
         raise BadRequest(f"expected an http:// or grpc:// URL, got {url!r}")
@@ -43,9 +51,10 @@ def fetch(url: str, namespace: str, name: str, node_names: Sequence[str] | None,
         response = connection.getresponse()
         body = response.read()
     except OSError as exc:
-        raise RaygateError(f"cannot reach raygate at {url}: {exc}") from None
+        raise Unavailable(f"cannot reach raygate at {url}: {exc}") from None
     finally:
         connection.close()
     if response.status != 200:
-        raise RaygateError(f"raygate at {url} answered {response.status}: {body.decode()}")
+        raise HTTP_ERRORS.get(response.status, RaygateError)(
+            f"raygate at {url} answered {response.status}: {body.decode()}")
     return msgspec.json.decode(body, type=ExplainReply)
