@@ -193,7 +193,8 @@ def test_an_edit_of_pods_only_shares_the_node_structures() -> None:
     editor.upsert(replace(node("cpu-0"), labels={"zone": "a"}), "8")  # same class
     after = editor.finish()
     assert after.gpu_node_names is before.gpu_node_names
-    priorities = HostPriorities()  # the scheduler front's entries, memoised per node class
+    priorities = HostPriorities()  # the scheduler front's entries, kept per node classes
+    priorities.follow(before)
     assert priorities.of(after) is priorities.of(before)
 
 
@@ -284,6 +285,7 @@ def test_the_scheduler_fronts_entries_follow_the_node_classes_as_they_change() -
     answers as a new one would: only the nodes whose class changed are encoded again."""
     priorities = HostPriorities()
     snap = build_snapshot(ClusterObjects(nodes=(node("cpu-0"), node("gpu-0"))), CONFIG)
+    priorities.follow(snap)  # as the cache's listener does on each publish
     first = priorities.of(snap)
     for change in ("a GPU node comes", "a CPU node goes", "a GPU node turns CPU"):
         editor = SnapshotEditor(snap)
@@ -294,5 +296,7 @@ def test_the_scheduler_fronts_entries_follow_the_node_classes_as_they_change() -
         else:
             editor.upsert(replace(node("gpu-0"), allocatable={"cpu": 8}), "3")
         snap = editor.finish()
+        assert priorities.of(snap) == HostPriorities().of(snap)  # before the listener ran
+        priorities.follow(snap)
         assert priorities.of(snap) == HostPriorities().of(snap)
     assert set(first) == {"cpu-0", "gpu-0"}  # what an earlier reader got never changes

@@ -78,30 +78,40 @@ class RequestPods:
 class HostPriorities:
     """kube-scheduler's ``HostPriority`` (PascalCase JSON) of each node the cache knows,
     for a managed pod: prioritize joins their bytes. The score depends only on the node's
-    class, so each node's entry is encoded when its class changes, not per request: the
-    cache's ``node_classes`` stays the same dict until a node appears, goes or changes
-    class, and only the nodes that did are encoded again."""
+    class, so the entries are encoded when the cache publishes a snapshot whose classes
+    changed (``follow``, a listener of the cache: the publishing thread pays, never a
+    request), only for the nodes that did. ``of`` finds them by the snapshot's
+    ``node_classes``, which stays the same dict until a node appears, goes or changes
+    class; in the moment between a publish and its listener, it derives them for that
+    request alone."""
 
     def __init__(self) -> None:
-        self._classes: dict[str, bool] = {}
-        self._entries: dict[str, bytes] = {}
+        # One tuple, replaced whole: a reader in another thread sees a matching pair.
+        self._state: tuple[dict[str, bool], dict[str, bytes]] = ({}, {})
+
+    def follow(self, snap: Snapshot) -> None:
+        classes = snap.node_classes
+        if classes is not self._state[0]:
+            self._state = (classes, _entries(self._state, classes))
 
     def of(self, snap: Snapshot) -> dict[str, bytes]:
         """The entries by node name for ``snap``. Read-only."""
-        classes = snap.node_classes
-        if classes is not self._classes:
-            self._follow(classes)
-        return self._entries
+        classes, entries = state = self._state
+        if snap.node_classes is classes:
+            return entries
+        return _entries(state, snap.node_classes)
 
-    def _follow(self, classes: dict[str, bool]) -> None:
-        # Set differences of the items: C loops over the nodes, Python only for a change.
-        entries = dict(self._entries)
-        for name in self._classes.keys() - classes.keys():
-            del entries[name]
-        for name, is_gpu in classes.items() - self._classes.items():
-            entries[name] = _encode(wire.HostPriority(host=name, score=score(is_gpu)))
-        # Entries first: a reader that sees the new classes finds their entries.
-        self._entries, self._classes = entries, classes
+
+def _entries(state: tuple[dict[str, bool], dict[str, bytes]],
+             classes: dict[str, bool]) -> dict[str, bytes]:
+    """The entries of ``classes``, from those of ``state``: set differences of the items,
+    so C loops over the nodes and Python encodes only the nodes that changed."""
+    known, entries = state[0], dict(state[1])
+    for name in known.keys() - classes.keys():
+        del entries[name]
+    for name, is_gpu in classes.items() - known.items():
+        entries[name] = _encode(wire.HostPriority(host=name, score=score(is_gpu)))
+    return entries
 
 
 def _nodes_from_list(
@@ -125,6 +135,8 @@ class SchedulerExtender:
         self.request_pods = RequestPods()
         self.decisions = DecisionMemo()
         self.host_priorities = HostPriorities()
+        self.host_priorities.follow(cache.snapshot)
+        cache.add_listener(self.host_priorities.follow)
         self.stale_refusals: StaleRefusals | None = None
         """Where filter notes the pods it refuses GPU nodes to (set by the server when it
         may ask kube-scheduler to try them again)."""
