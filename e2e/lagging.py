@@ -25,7 +25,7 @@ from testbed.cluster import REPO, Testbed
 from testbed.pki import Pki
 from testbed.processes import free_port, wait_for
 
-__all__ = ["SCHEDULER_NAME", "DelayProxy", "LaggingRaygate", "metric"]
+__all__ = ["SCHEDULER_NAME", "DelayProxy", "LaggingRaygate", "metric", "node_class"]
 
 SCHEDULER_NAME = "ray-scheduler-lagging"
 
@@ -40,6 +40,21 @@ def metric(url: str, name: str, **labels: str) -> float:
                                                for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def node_class(url: str, node: str, token: str = "") -> str:
+    """How the raygate at ``url`` classes ``node`` now: ``gpu``, ``cpu``, or ``unknown``
+    while its cache has not seen it (``POST /v1/explain`` with any pod; ``token`` when its
+    authz is on)."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "probe", "namespace": "default", "uid": "probe"},
+           "spec": {"containers": [{"name": "probe", "image": "example.invalid/p:1"}]}}
+    request = urllib.request.Request(
+        f"{url}/v1/explain?nodes={node}", data=json.dumps({"pod": pod}).encode(),
+        headers={"Authorization": f"Bearer {token}"} if token else {}, method="POST")
+    reply = json.load(urllib.request.urlopen(request, timeout=10))
+    return next((str(n["nodeClass"]) for n in reply["nodes"] if n["name"] == node),
+                "unknown")
 
 
 class DelayProxy:
@@ -168,17 +183,8 @@ class LaggingRaygate:
         return metric(self.url, name, **labels)
 
     def node_class(self, node: str) -> str:
-        """``gpu``, ``cpu``, or ``unknown`` while its lagging cache has not seen ``node``
-        (``POST /v1/explain`` with any pod)."""
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": "probe", "namespace": "default", "uid": "probe"},
-               "spec": {"containers": [{"name": "probe", "image": "example.invalid/p:1"}]}}
-        request = urllib.request.Request(f"{self.url}/v1/explain?nodes={node}",
-                                         data=json.dumps({"pod": pod}).encode(),
-                                         method="POST")
-        reply = json.load(urllib.request.urlopen(request, timeout=10))
-        return next((str(n["nodeClass"]) for n in reply["nodes"] if n["name"] == node),
-                    "unknown")
+        """``gpu``, ``cpu``, or ``unknown`` while its lagging cache has not seen ``node``."""
+        return node_class(self.url, node)
 
     def stop(self) -> None:
         for name in (SCHEDULER_NAME, "raygate-lagging"):

@@ -11,13 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GPU_TAINT", "SCENARIO_LABEL", "TOLERATE_GPU", "Group", "gpu_job", "node", "raycluster",
-           "recipe_groups", "tolerating_gpu_groups"]
+__all__ = ["DRA_GPUS_LABEL", "GPU_TAINT", "SCENARIO_LABEL", "TOLERATE_GPU", "Group",
+           "dra_gpu_node", "gpu_job", "node", "raycluster", "recipe_groups",
+           "tolerating_gpu_groups"]
 
 SCENARIO_LABEL = "testbed.raygate.dev/scenario"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 TOLERATE_GPU = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 RAY_IMAGE = "rayproject/ray:2.60.0"  # never pulled: kwok runs no containers
+DRA_GPUS_LABEL = "testbed.raygate.dev/dra-gpus"
+"""How many GPUs a DRA GPU node's slice lists: the timeline's node kinds read it (raygate
+never does: it reads the slice)."""
 
 
 def node(name: str, scenario: str, *, cpu: int, gpus: int = 0, memory: str = "256Gi",
@@ -41,6 +45,24 @@ def node(name: str, scenario: str, *, cpu: int, gpus: int = 0, memory: str = "25
         "spec": {"taints": [GPU_TAINT]} if gpus else {},
         "status": {"capacity": resources, "allocatable": resources},
     }
+
+
+def dra_gpu_node(name: str, scenario: str, *, cpu: int, gpus: int,
+                 driver: str = "gpu.nvidia.com") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A GPU node whose GPUs a DRA driver publishes, and the ResourceSlice it publishes:
+    no ``nvidia.com/gpu`` allocatable and no GPU label (the driver alone, no GPU feature
+    discovery), the GPU taint."""
+    body = node(name, scenario, cpu=cpu, labels={DRA_GPUS_LABEL: str(gpus)})
+    body["spec"] = {"taints": [GPU_TAINT]}
+    slice_ = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{name}-{driver}"},
+        "spec": {"driver": driver, "nodeName": name,
+                 "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": f"gpu-{i}", "attributes": {
+                     "type": {"string": "gpu"}, "index": {"int": i}}} for i in range(gpus)]},
+    }
+    return body, slice_
 
 
 @dataclass

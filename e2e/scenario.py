@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from e2e.objects import SCENARIO_LABEL
+from e2e.objects import DRA_GPUS_LABEL, SCENARIO_LABEL
 from testbed.api import ApiError
 from testbed.cluster import Testbed
 from testbed.webhook import NATIVE_PLACEMENT_OFF
@@ -112,7 +112,8 @@ class Scenario:
 
     def add_node(self, body: dict[str, Any]) -> None:
         name = body["metadata"]["name"]
-        gpu = "nvidia.com/gpu" in body["status"]["allocatable"]
+        gpu = ("nvidia.com/gpu" in body["status"]["allocatable"]
+               or DRA_GPUS_LABEL in body["metadata"]["labels"])
         self.node_kinds[name] = "GPU" if gpu else "CPU"
         self.api.create("/api/v1/nodes", body)
         wait_until(f"node {name} Ready (kwok)", lambda: self._node_ready(name))

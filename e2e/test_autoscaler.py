@@ -167,8 +167,11 @@ def test_raygate_autoscaler_when_capacity_arrives(
             scenario.step(f"{first.name} bound and running; no raylet starts for it")
             wait_until(f"{first.name} replaced", lambda: first.deleting, timeout=TIMEOUT + 90)
             scenario.step(f"{first.name} deleted by the autoscaler")
-            second = wait_until("its replacement running", lambda: next(
-                (h for h in overflow(scenario) if h.name != first.name and h.running),
+            # Its raylet starts once it is bound, as its container would start: Ray's
+            # ALLOCATED timeout (30 s here) runs from the pod's creation, and on a loaded
+            # machine kwok's Running and a raylet's start can take most of it.
+            second = wait_until("its replacement bound", lambda: next(
+                (h for h in overflow(scenario) if h.name != first.name and h.bound),
                 None), timeout=120)
             ray.add_worker(second.name, "overflow", cpu=8)
             scenario.step(f"raylet of {second.name} joined")

@@ -47,11 +47,11 @@ def test_with_raygate_floor_and_head_stay_on_cpu_nodes(scenario: Scenario) -> No
 
     assert kinds(scenario, "headgroup") == ["CPU"]
     assert kinds(scenario, "baseline") == ["CPU", "CPU"]
-    # Overflow goes to the GPU node only once CPU nodes are full: one fits there.
+    # Overflow goes to the GPU node only once CPU nodes are full: one fits there. (Which
+    # pod is bound first says nothing: kube-scheduler binds asynchronously, so a later
+    # cycle's bind can land first. Without raygate's CPU-first preference, its score and its
+    # preferred affinity, the empty GPU node, with room for all four, would take them all.)
     assert kinds(scenario, "overflow") == ["CPU", "GPU", "GPU", "GPU"]
-    overflow = [h for h in scenario.history() if h.group == "overflow" and h.bound]
-    first = min(overflow, key=lambda h: h.bound or 0)
-    assert scenario.node_kinds[first.node or ""] == "CPU", "CPU nodes score first"
     report.add("placement-1-raygate", scenario.timeline(
         "Placement with raygate (ray-scheduler): both groups tolerate the GPU taint"))
 

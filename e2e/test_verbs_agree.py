@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from e2e import report
-from e2e.lagging import SCHEDULER_NAME, LaggingRaygate, metric
+from e2e.lagging import SCHEDULER_NAME, LaggingRaygate, metric, node_class
 from e2e.objects import TOLERATE_GPU, Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import priority_class
@@ -63,11 +63,13 @@ def tried(pod: dict[str, Any]) -> bool:
         for c in pod["status"].get("conditions") or [])
 
 
-def floor_preempts(scenario: Scenario, scheduler: str) -> dict[str, Any]:
+def floor_preempts(scenario: Scenario, scheduler: str,
+                   raygate: tuple[str, str] | None = None) -> dict[str, Any]:
     """Nodes cpu-a (4 CPU) and gpu-a (8 CPU, 1 GPU); the GPU pod (priority -10) on gpu-a;
     a RayCluster at priority 1000 whose head (2 CPU) and floor worker (2 CPU, tolerating
     the GPU taint) come after a 2-CPU pod of priority 1000 took cpu-a's other half. The
-    floor worker has no room; returns it once kube-scheduler has tried to preempt for it."""
+    floor worker has no room; returns it once kube-scheduler has tried to preempt for it.
+    ``raygate``: the (URL, token) of a raygate to wait for until it knows the GPU node."""
     name = scenario.name
     scenario.setup([node(f"{name}-cpu-a", name, cpu=4),
                     node(f"{name}-gpu-a", name, cpu=8, gpus=1)], native_placement=False)
@@ -80,6 +82,13 @@ def floor_preempts(scenario: Scenario, scheduler: str) -> dict[str, Any]:
                               scheduler=scheduler, resources={"cpu": "2", "memory": "1Gi"}))
     wait_until("the GPU and CPU pods running", lambda: len([
         p for p in scenario.live_pods() if p["status"].get("phase") == "Running"]) == 2)
+    if raygate is not None:
+        # A node raygate has not seen yet is dropped for such a preemptor too, and a pod
+        # whose preemption found nothing waits for a cluster event to be tried again:
+        # the lagging view has its own scenario (the race, below).
+        url, token = raygate
+        wait_until("raygate knows the GPU node", lambda: node_class(
+            url, f"{name}-gpu-a", token) == "gpu")
     high = {"priorityClassName": f"{name}-ray"}
     cluster = raycluster("work", scenario.namespace, name, [
         Group("floor", 0, "2", min=0, max=1, pod_spec={**high, "tolerations": [TOLERATE_GPU]})],
@@ -95,7 +104,7 @@ def test_a_cpu_floor_worker_never_evicts_a_gpu_pod(
         scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
     refused = {"verb": "scheduler/preempt", "rule": "floor-avoids-gpu"}
     before = metric(testbed.raygate_url, "raygate_gpu_nodes_refused_total", **refused)
-    worker = floor_preempts(scenario, "ray-scheduler")
+    worker = floor_preempts(scenario, "ray-scheduler", (testbed.raygate_url, reader_token))
     wait_until("raygate's preempt dropped the GPU node", lambda: metric(
         testbed.raygate_url, "raygate_gpu_nodes_refused_total", **refused) > before)
     time.sleep(10)  # kube-scheduler retries with backoff: give a wrong eviction its chance

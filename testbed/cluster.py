@@ -308,10 +308,11 @@ class Testbed:
             # ServiceAccount; pods (and raygate's PodDisruptionBudgets) of a deleted
             # RayCluster go with it; pods bound to a node that no longer exists are cleaned
             # up; the disruption controller computes a budget's status, without which the
-            # Eviction API refuses every pod the budget selects ("still being processed").
+            # Eviction API refuses every pod the budget selects ("still being processed");
+            # the resource claim controller makes a pod's ResourceClaims from its templates.
             "--controllers=serviceaccount,serviceaccount-token,garbage-collector-controller,"
             "namespace,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,"
-            "disruption-controller",
+            "disruption-controller,resourceclaim-controller",
             f"--service-account-private-key-file={self.pki.service_account_key}",
             f"--root-ca-file={self.pki.ca_cert}",
             "--leader-elect=false", "--v=1",

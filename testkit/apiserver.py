@@ -56,6 +56,7 @@ __all__ = [
     "API_AUDIENCES",
     "CORE",
     "CRDS",
+    "DRA",
     "TOKEN_REVIEWS",
     "ApiServerDouble",
     "Collection",
@@ -116,6 +117,11 @@ CRDS = (
     Collection("Workload", "kueue.x-k8s.io", "v1beta1", "workloads"),
     Collection("NodeClaim", "karpenter.sh", "v1", "nodeclaims"),
 )
+DRA = tuple(Collection(kind, "resource.k8s.io", "v1", plural) for kind, plural in (
+    ("DeviceClass", "deviceclasses"), ("ResourceSlice", "resourceslices"),
+    ("ResourceClaim", "resourceclaims"), ("ResourceClaimTemplate", "resourceclaimtemplates")))
+"""Dynamic Resource Allocation (built in since 1.34): ``install`` them for a cluster that
+serves it; a double without them is an older cluster."""
 
 
 def kubeconfig_text(server: str, token: str = "", exec_command: list[str] | None = None,

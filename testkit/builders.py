@@ -99,6 +99,16 @@ class PodBuilder:
         self._obj["spec"]["schedulingGates"] = [{"name": n} for n in names]
         return self
 
+    def claim(self, name: str, *, claim: str = "", template: str = "") -> Self:
+        """A ``spec.resourceClaims`` entry: a ResourceClaim or a template by name."""
+        entry: Obj = {"name": name}
+        if claim:
+            entry["resourceClaimName"] = claim
+        if template:
+            entry["resourceClaimTemplateName"] = template
+        self._obj["spec"].setdefault("resourceClaims", []).append(entry)
+        return self
+
     def affinity(self, affinity: Obj) -> Self:
         self._obj["spec"]["affinity"] = affinity
         return self
@@ -269,6 +279,56 @@ def make_nodeclaim(name: str, node: str = "", *, deleting: bool = False) -> Obj:
     if deleting:
         claim["metadata"]["deletionTimestamp"] = T0
     return claim
+
+
+# --- Dynamic Resource Allocation (resource.k8s.io/v1) ----------------------------------
+
+DRA_VERSION = "resource.k8s.io/v1"
+
+
+def make_device_class(name: str, driver: str = "", *, extended_resource: str = "") -> Obj:
+    """A DeviceClass as a DRA driver ships it: a CEL selector on its driver, and the
+    extended resource it backs when given."""
+    spec: Obj = {}
+    if driver:
+        spec["selectors"] = [{"cel": {"expression": f"device.driver == '{driver}'"}}]
+    if extended_resource:
+        spec["extendedResourceName"] = extended_resource
+    return {"apiVersion": DRA_VERSION, "kind": "DeviceClass",
+            "metadata": {"name": name, "uid": uid_for("DeviceClass", "", name)}, "spec": spec}
+
+
+def make_resource_slice(node: str, driver: str, devices: int = 1, *, name: str = "") -> Obj:
+    """The ResourceSlice a DRA driver publishes for ``node``: one pool, ``devices`` GPUs."""
+    name = name or f"{node}-{driver}"
+    return {"apiVersion": DRA_VERSION, "kind": "ResourceSlice",
+            "metadata": {"name": name, "uid": uid_for("ResourceSlice", "", name)},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}", "attributes": {
+                         "type": {"string": "gpu"}, "index": {"int": i}}}
+                         for i in range(devices)]}}
+
+
+def _claim_spec(device_classes: tuple[str, ...]) -> Obj:
+    return {"devices": {"requests": [
+        {"name": f"req-{i}", "exactly": {"deviceClassName": c, "allocationMode": "ExactCount",
+                                         "count": 1}}
+        for i, c in enumerate(device_classes)]}}
+
+
+def make_resource_claim(name: str, *device_classes: str, namespace: str = "ray") -> Obj:
+    return {"apiVersion": DRA_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace,
+                         "uid": uid_for("ResourceClaim", namespace, name)},
+            "spec": _claim_spec(device_classes)}
+
+
+def make_claim_template(name: str, *device_classes: str, namespace: str = "ray") -> Obj:
+    return {"apiVersion": DRA_VERSION, "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace,
+                         "uid": uid_for("ResourceClaimTemplate", namespace, name)},
+            "spec": {"spec": _claim_spec(device_classes)}}
 
 
 def object_list(*objects: Obj) -> Obj:

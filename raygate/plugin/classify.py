@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.devices import ClaimView, PodClaim, claim_gpu_reason
 from raygate.plugin.model import (
     PREEMPTION_REASON,
     ClusterView,
@@ -23,6 +25,7 @@ __all__ = [
     "RoleVerdict",
     "fixed_role_or_floor",
     "gpu_node_reason",
+    "gpu_pod_reason",
     "gpu_pod_resources",
     "group_floor",
     "group_roles",
@@ -33,24 +36,47 @@ __all__ = [
 ]
 
 HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group value on the head pod
+EMPTY_REASONS: Mapping[str, str] = MappingProxyType({})
 
 
-def gpu_node_reason(node: NodeView, config: PolicyConfig) -> str | None:
-    """Why ``node`` is a GPU node (the resource or label), or None for a CPU node."""
+def gpu_node_reason(node: NodeView, config: PolicyConfig,
+                    dra_gpu_nodes: Mapping[str, str] = EMPTY_REASONS) -> str | None:
+    """Why ``node`` is a GPU node (the resource, the label, or its DRA devices: the
+    reasons ``dra_gpu_nodes`` holds by node name, ``devices.dra_node_reason``'s), or None
+    for a CPU node."""
     for resource in config.gpu_resources:
         if node.allocatable.get(resource, 0) > 0:
             return f"allocatable {resource}={node.allocatable[resource] // 1000}"
     for key, value in config.gpu_node_labels.items():
         if node.labels.get(key) == value:
             return f"label {key}={value}"
-    return None
+    return dra_gpu_nodes.get(node.name)
 
 
-def gpu_pod_resources(pod: PodView, config: PolicyConfig) -> tuple[str, ...]:
-    """The configured GPU resources any container or init container requests or limits."""
+def gpu_pod_reason(pod: PodView, view: ClusterView, config: PolicyConfig) -> str | None:
+    """Why ``pod`` is a GPU pod, or None: it requests a GPU resource (a device plugin's, or
+    one a GPU DeviceClass backs), or a resource claim of it asks for a GPU device class."""
+    devices = view.gpu_devices()
+    gpus = gpu_pod_resources(pod, (*config.gpu_resources, *devices.resources))
+    if gpus:
+        return f"requests GPU resources ({', '.join(gpus)})"
+    if not pod.resource_claims:
+        return None
+    return claim_gpu_reason(((ref, _claim_of(pod.namespace, ref, view))
+                             for ref in pod.resource_claims), devices)
+
+
+def _claim_of(namespace: str, ref: PodClaim, view: ClusterView) -> ClaimView | None:
+    if ref.claim:
+        return view.resource_claim(namespace, ref.claim)
+    return view.claim_template(namespace, ref.template) if ref.template else None
+
+
+def gpu_pod_resources(pod: PodView, resources: Iterable[str]) -> tuple[str, ...]:
+    """Of ``resources``, those any container or init container requests or limits."""
     found: list[str] = []
     for container in (*pod.containers, *pod.init_containers):
-        for resource in config.gpu_resources:
+        for resource in resources:
             if resource in found:
                 continue
             if container.requests.get(resource, 0) > 0 or container.limits.get(resource, 0) > 0:

@@ -23,6 +23,8 @@ DEFAULT_GPU_RESOURCES = (
     "google.com/tpu",
 )
 
+DEFAULT_GPU_DRIVERS = ("gpu.nvidia.com", "gpu.amd.com", "gpu.intel.com")
+
 
 class GpuNodesForSurplus(Enum):
     """May CPU-only Ray workers use GPU nodes at all?"""
@@ -52,6 +54,16 @@ class PolicyConfig:
     )
     """Node labels (key: value) that mark a GPU node even before its device plugin
     advertises the resource. Default: the NVIDIA GPU Operator's ``gpu.present``."""
+
+    gpu_drivers: tuple[str, ...] = DEFAULT_GPU_DRIVERS
+    """DRA drivers whose devices are GPUs: a node is a GPU node when a ResourceSlice of one
+    lists devices on it (``raygate.plugin.devices``). Default: the DRA drivers of NVIDIA,
+    AMD and Intel GPUs."""
+
+    gpu_device_classes: tuple[str, ...] = ()
+    """DeviceClasses that hand out GPUs besides those picking a ``gpuDrivers`` driver or
+    backing a ``gpuResources`` resource: a claim for one makes a GPU pod, and their drivers'
+    slices make GPU nodes. Default: none."""
 
     thrash_guard_seconds: float = 300.0
     """Seconds, counted from the DisruptionTarget condition's lastTransitionTime, during
@@ -84,7 +96,7 @@ class _Bad(ValueError):
     """One setting's value cannot be used; the message says where and why."""
 
 
-def _gpu_resources(value: Any, path: str) -> tuple[str, ...]:
+def _names(value: Any, path: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise _Bad(f"{path}: expected a list of non-empty strings, got {value!r}")
     return tuple(value)
@@ -132,8 +144,10 @@ def _stuck_seconds(value: Any, path: str) -> float:
 
 
 _POLICY_KEYS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
-    "gpuResources": ("gpu_resources", _gpu_resources),
+    "gpuResources": ("gpu_resources", _names),
     "gpuNodeLabels": ("gpu_node_labels", _gpu_node_labels),
+    "gpuDrivers": ("gpu_drivers", _names),
+    "gpuDeviceClasses": ("gpu_device_classes", _names),
     "thrashGuardSeconds": ("thrash_guard_seconds", _guard_seconds),
     "gpuNodesForSurplus": ("gpu_nodes_for_surplus", _surplus_mode),
     "volcanoScoreScale": ("volcano_score_scale", _score_scale),
@@ -163,15 +177,7 @@ def policy_config_from_mapping(data: Mapping[str, Any], path: str = "policy") ->
 
 def policy_config_to_mapping(config: PolicyConfig) -> dict[str, Any]:
     """The inverse of ``policy_config_from_mapping``, for ``--print-config``."""
-    names = {
-        "gpu_resources": "gpuResources",
-        "gpu_node_labels": "gpuNodeLabels",
-        "thrash_guard_seconds": "thrashGuardSeconds",
-        "gpu_nodes_for_surplus": "gpuNodesForSurplus",
-        "volcano_score_scale": "volcanoScoreScale",
-        "stuck_unbound_seconds": "stuckUnboundSeconds",
-        "stuck_starting_seconds": "stuckStartingSeconds",
-    }
+    names = {name: key for key, (name, _) in _POLICY_KEYS.items()}
     out: dict[str, Any] = {}
     for f in fields(config):
         value = getattr(config, f.name)

@@ -8,7 +8,7 @@ why, and the thrash guard's state. Tests hold it to what the extender really ans
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from raygate.plugin.admission import admission_status, is_running
@@ -57,17 +57,17 @@ class Explanation:
 
 
 def _node(name: str, view_node: NodeView | None, decision: Decision,
-          config: PolicyConfig) -> NodeExplanation:
+          config: PolicyConfig, dra_gpu_nodes: Mapping[str, str]) -> NodeExplanation:
     if view_node is None:
         reason = "raygate does not know this node" + (
             "; preempt drops it: it cannot tell it is no GPU node"
             if decision.refuses_gpu_nodes else "")
         return NodeExplanation(name, "unknown", "not in raygate's cache: passes (fail open)",
                                True, "", reason, None)
-    why_gpu = gpu_node_reason(view_node, config)
+    why_gpu = gpu_node_reason(view_node, config, dra_gpu_nodes)
     is_gpu = why_gpu is not None
     node_class, class_reason = ("gpu", why_gpu) if why_gpu else (
-        "cpu", "no GPU resource allocatable and no GPU label")
+        "cpu", "no GPU resource allocatable, no GPU label and no GPU ResourceSlice")
     managed = decision.placement is not Placement.UNMANAGED
     refusal = decision.refusal(is_gpu)
     return NodeExplanation(
@@ -92,7 +92,8 @@ def explain(
     until = thrash_guard_until(pod, view, config) if pod.is_ray else None
     state, why = _admission(pod, view, config, now)
     nodes = sorted(
-        (_node(name, view.node(name), decision, config) for name in node_names),
+        (_node(name, view.node(name), decision, config, view.dra_gpu_nodes)
+         for name in node_names),
         key=lambda n: (not n.passes, -(n.score if n.score is not None else -1), n.name),
     )
     return Explanation(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.devices import claim_gpu_reason
 from raygate.plugin.lint_model import (
     ClusterFacts,
     Finding,
@@ -31,8 +32,6 @@ VOLCANO_QUEUE_LABEL = "volcano.sh/queue-name"
 # Findings an operator has looked at and accepts, e.g. "RG003" or "RG003,RG010".
 IGNORE_ANNOTATION = "raygate.io/check-ignore"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-
-
 # Kueue manages an autoscaled RayCluster only as an elastic job (docs/deploy.md).
 KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 # Node labels only nodes with an accelerator carry (GKE sets them from the node pool's
@@ -42,7 +41,7 @@ GPU_ONLY_NODE_LABELS = ("cloud.google.com/gke-accelerator",
                         "cloud.google.com/gke-tpu-accelerator", "nvidia.com/gpu.product")
 # KubeRay's CRD default for an unset maxReplicas (math.MaxInt32).
 CRD_MAX_REPLICAS = 2147483647
-
+_OFFLINE = ClusterFacts(0, False, False)  # offline: nothing known, so every claim counts
 
 LintRule = Callable[[LintCluster, ClusterFacts | None, PolicyConfig], list[Finding]]
 
@@ -56,8 +55,15 @@ def _label(group: GroupSpec) -> str:
     return f"worker group {group.name!r}" if group.name else f"worker group #{group.index}"
 
 
-def _is_gpu(resources: Mapping[str, int], config: PolicyConfig) -> bool:
-    return any(resources.get(r, 0) > 0 for r in config.gpu_resources)
+def _is_gpu(spec: HeadSpec | GroupSpec, cluster: LintCluster, facts: ClusterFacts | None,
+            config: PolicyConfig) -> bool:
+    """The template's pods are GPU pods (``classify.gpu_pod_reason``'s rule): a GPU resource
+    or a GPU DeviceClass's, or a claim for a GPU or not known (so, offline, any claim)."""
+    known = facts or _OFFLINE
+    devices = known.gpu_devices
+    claims = ((ref, known.claim_of(cluster.namespace, ref)) for ref in spec.claims)
+    return (any(spec.resources.get(r, 0) > 0 for r in (*config.gpu_resources, *devices.resources))
+            or claim_gpu_reason(claims, devices) is not None)
 
 
 def _floor(cluster: LintCluster, group: GroupSpec) -> int:
@@ -205,18 +211,18 @@ def _tolerates_gpu(tolerations: Sequence[Toleration], config: PolicyConfig) -> b
     return False
 
 
-def _cpu_floor(cluster: LintCluster,
+def _cpu_floor(cluster: LintCluster, facts: ClusterFacts | None,
                config: PolicyConfig) -> list[tuple[str, str, HeadSpec | GroupSpec]]:
     """(what, path of its pod spec, its template view) of the head, when CPU-only, and of
     each CPU-only worker group that holds floor pods: the pods raygate keeps off GPU nodes."""
     out: list[tuple[str, str, HeadSpec | GroupSpec]] = []
-    if not _is_gpu(cluster.head.resources, config):
+    if not _is_gpu(cluster.head, cluster, facts, config):
         out.append(("CPU-only head", f"{cluster.spec_path}.headGroupSpec.template.spec",
                     cluster.head))
     out.extend((f"CPU-only {_label(g)} with {_floor(cluster, g)} floor pods",
                 _group_path(cluster, g, "template.spec"), g)
                for g in cluster.groups
-               if not _is_gpu(g.resources, config) and _floor(cluster, g) > 0)
+               if not _is_gpu(g, cluster, facts, config) and _floor(cluster, g) > 0)
     return out
 
 
@@ -232,7 +238,7 @@ def rg008_floor_tolerates_gpu(
                 "raygate's rule does not reach (no native placement, a GPU node without a "
                 "GPU label) a scheduler or node autoscaler can put it on one; raygate can "
                 "add a toleration, never remove one", "drop the GPU toleration")
-        for what, path, spec in _cpu_floor(cluster, config)
+        for what, path, spec in _cpu_floor(cluster, facts, config)
         if _tolerates_gpu(spec.tolerations, config)
     ]
 
@@ -248,7 +254,7 @@ def rg009_gpu_floor_above_gpu_nodes(
                 f"{facts.gpu_nodes} GPU nodes: the gang can never be admitted whole",
                 "lower minReplicas, or add GPU nodes")
         for g in cluster.groups
-        if _is_gpu(g.resources, config) and _floor(cluster, g) > facts.gpu_nodes
+        if _is_gpu(g, cluster, facts, config) and _floor(cluster, g) > facts.gpu_nodes
     ]
 
 
@@ -335,7 +341,7 @@ def rg013_floor_selects_gpu_nodes(
     refuses it every GPU node, so it can never be placed. An error: the pods stay
     Pending."""
     out = []
-    for what, path, spec in _cpu_floor(cluster, config):
+    for what, path, spec in _cpu_floor(cluster, facts, config):
         label = _gpu_only_selector(spec.node_selector, config)
         if label is not None:
             out.append(Finding(
@@ -351,7 +357,7 @@ def rg014_no_gpu_node_labels(
     """No GPU node label is configured, and the cluster has CPU-only floor pods: raygate's
     native rule names GPU nodes by label only (a node autoscaler decides before the node
     exists), so it cannot be written; only the extender keeps the floor off GPU nodes."""
-    if config.gpu_node_labels or not _cpu_floor(cluster, config):
+    if config.gpu_node_labels or not _cpu_floor(cluster, facts, config):
         return []
     return [Finding(
         "RG014", Severity.WARNING, cluster.ref, "policy.gpuNodeLabels",

@@ -8,9 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 
-__all__ = ["ClusterFacts", "Finding", "GroupSpec", "HeadSpec", "LintCluster", "Severity",
-           "Toleration", "object_ref"]
+from raygate.plugin.devices import ClaimTemplateView, ClaimView, GpuDevices, PodClaim
+
+__all__ = ["NO_GPU_DEVICES", "ClusterFacts", "Finding", "GroupSpec", "HeadSpec", "LintCluster",
+           "Severity", "Toleration", "object_ref"]
+
+NO_GPU_DEVICES = GpuDevices(MappingProxyType({}), frozenset(), ())
+"""No DeviceClass seen: offline, or a cluster that does not serve ``resource.k8s.io/v1``."""
 
 
 def object_ref(kind: str, namespace: str, name: str, generate_name: str = "") -> str:
@@ -49,6 +55,8 @@ class GroupSpec:
     tolerations: tuple[Toleration, ...] = ()
     scheduler_name: str = ""
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    claims: tuple[PodClaim, ...] = ()
+    """The template's ``spec.resourceClaims``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,7 @@ class HeadSpec:
     resources: Mapping[str, int] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    claims: tuple[PodClaim, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,19 @@ class ClusterFacts:
     gpu_nodes: int
     volcano_installed: bool
     kueue_installed: bool
+    gpu_devices: GpuDevices = NO_GPU_DEVICES
+    """What the DeviceClasses say about GPUs (``devices.gpu_devices``)."""
+    claims: Mapping[tuple[str, str], ClaimView] = field(default_factory=dict)
+    """The ResourceClaims read, by (namespace, name)."""
+    claim_templates: Mapping[tuple[str, str], ClaimTemplateView] = field(default_factory=dict)
+    """The ResourceClaimTemplates read, by (namespace, name)."""
+
+    def claim_of(self, namespace: str, ref: PodClaim) -> ClaimView | None:
+        """The claim or template a pod of ``namespace`` names in ``ref``; None when not
+        read (``claim_gpu_reason`` counts it as a GPU claim then)."""
+        if ref.claim:
+            return self.claims.get((namespace, ref.claim))
+        return self.claim_templates.get((namespace, ref.template)) if ref.template else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Protocol
 
+from raygate.plugin.devices import ClaimView, GpuDevices, PodClaim
+
 __all__ = [
     "EMPTY",
     "ClusterView",
@@ -140,6 +142,8 @@ class PodView:
     scheduling_gates: tuple[str, ...] = ()
     node_affinity: NodeAffinityShape | None = None
     """Kept only while raygate's placement gate is on the pod: its release patch needs it."""
+    resource_claims: tuple[PodClaim, ...] = ()
+    """``spec.resourceClaims``: the DRA claims its containers may use."""
 
     @property
     def ray_cluster(self) -> str:
@@ -289,6 +293,12 @@ class ClusterView(Protocol):
     precompute what the hot path asks (``is_gpu_node`` in O(1)).
     """
 
+    @property
+    def dra_gpu_nodes(self) -> Mapping[str, str]:
+        """Node name -> why its ResourceSlices make it a GPU node (decided when they
+        change)."""
+        ...
+
     def node(self, name: str) -> NodeView | None:
         ...
 
@@ -338,6 +348,16 @@ class ClusterView(Protocol):
         ...
 
     def node_claim(self, name: str) -> NodeClaimView | None:
+        ...
+
+    def gpu_devices(self) -> GpuDevices:
+        """What the cluster's DeviceClasses say about GPUs (``devices.gpu_devices``)."""
+        ...
+
+    def resource_claim(self, namespace: str, name: str) -> ClaimView | None:
+        ...
+
+    def claim_template(self, namespace: str, name: str) -> ClaimView | None:
         ...
 
     def follows_node_claims(self) -> bool:

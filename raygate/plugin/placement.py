@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from itertools import filterfalse
 
-from raygate.plugin.classify import RoleVerdict, gpu_pod_resources, pod_role
+from raygate.plugin.classify import RoleVerdict, gpu_pod_reason, pod_role
 from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
 from raygate.plugin.model import ClusterView, PodView, Role
 
@@ -92,11 +92,9 @@ def decide(pod: PodView, view: ClusterView, config: PolicyConfig, now: float,
     when the caller knows it (a gated pod's release role), else ``pod_role``'s."""
     if not pod.is_ray:
         return Decision(Placement.UNMANAGED, Rule.NOT_RAY, None, "not a Ray pod")
-    gpus = gpu_pod_resources(pod, config)
-    if gpus:
-        return Decision(
-            Placement.UNMANAGED, Rule.GPU_POD, None, f"requests GPU resources ({', '.join(gpus)})"
-        )
+    gpu = gpu_pod_reason(pod, view, config)
+    if gpu is not None:
+        return Decision(Placement.UNMANAGED, Rule.GPU_POD, None, gpu)
     role = pod_role(pod, view) if role is None else role
     mode = config.gpu_nodes_for_surplus
     if mode is GpuNodesForSurplus.ALWAYS:

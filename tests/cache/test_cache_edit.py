@@ -10,6 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.devices import (
+    ClaimTemplateView,
+    ClaimView,
+    DeviceClassView,
+    ResourceSliceView,
+)
 from raygate.plugin.model import (
     Condition,
     GroupKey,
@@ -24,10 +30,14 @@ from raygate.plugin.model import (
 )
 from raygate.server.cache.editor import SnapshotEditor, build_snapshot
 from raygate.server.cache.keys import (
+    CLAIMTEMPLATE,
+    DEVICECLASS,
     NODE,
     POD,
     PODGROUP,
     RAYCLUSTER,
+    RESOURCECLAIM,
+    RESOURCESLICE,
     WORKLOAD,
     ClusterObjects,
     View,
@@ -37,8 +47,11 @@ from raygate.server.cache.snapshot import Snapshot
 from raygate.server.fronts.scheduler import HostPriorities
 from testkit.builders import T0_EPOCH
 
-CONFIG = PolicyConfig()
+# "accel" is a GPU device class by configuration: its driver's slices are GPUs while it
+# exists (a class that picks nothing GPU, "nic", does not make its driver's slices GPUs).
+CONFIG = PolicyConfig(gpu_device_classes=("accel",))
 NODES = ("gpu-0", "gpu-1", "cpu-0", "cpu-1")
+DRIVERS = ("gpu.nvidia.com", "accel.example.com", "nic.example.com")
 CLUSTERS = ("c0", "c1")
 GROUPS = ("headgroup", "g0", "g1")
 
@@ -81,13 +94,25 @@ workloads = st.builds(
     st.integers(0, 2), st.none() | st.sampled_from(CLUSTERS))
 podgroups = st.builds(lambda name, n: PodGroupView("ray", f"ray-{name}-pg", "Running", n),
                       st.sampled_from(CLUSTERS), st.integers(0, 5))
+device_classes = st.builds(lambda name: DeviceClassView(name, (f"{name}.example.com",)),
+                           st.sampled_from(("accel", "nic")))
+resource_slices = st.builds(
+    lambda node_name, driver, devices: ResourceSliceView(
+        f"{node_name}-{driver}", driver, (node_name,), devices),
+    st.sampled_from(NODES), st.sampled_from(DRIVERS), st.integers(0, 2))
+claims = st.builds(lambda i, cls, template: (ClaimTemplateView if template else ClaimView)(
+    "ray", f"claim-{i}", (cls,)), st.integers(0, 2), st.sampled_from(("accel", "nic")),
+    st.booleans())
 views: st.SearchStrategy[View] = st.one_of(
-    pods, pods, pods, st.sampled_from(NODES).map(node), rayclusters, workloads, podgroups)
+    pods, pods, pods, st.sampled_from(NODES).map(node), rayclusters, workloads, podgroups,
+    device_classes, resource_slices, resource_slices, claims)
 
 
 def kind_of(view: View) -> str:
     return {PodView: POD, NodeView: NODE, RayClusterView: RAYCLUSTER, PodGroupView: PODGROUP,
-            WorkloadView: WORKLOAD}[type(view)]
+            WorkloadView: WORKLOAD, DeviceClassView: DEVICECLASS,
+            ResourceSliceView: RESOURCESLICE, ClaimView: RESOURCECLAIM,
+            ClaimTemplateView: CLAIMTEMPLATE}[type(view)]
 
 
 # An operation: ("upsert", view) or ("delete", view) (the view names the key to delete).
@@ -106,6 +131,14 @@ def whole(state: dict[tuple[str, object], View]) -> Snapshot:
                           if isinstance(v, RayClusterView)),
         podgroups=tuple(v for v in by_kind.get(PODGROUP, []) if isinstance(v, PodGroupView)),
         workloads=tuple(v for v in by_kind.get(WORKLOAD, []) if isinstance(v, WorkloadView)),
+        device_classes=tuple(v for v in by_kind.get(DEVICECLASS, [])
+                             if isinstance(v, DeviceClassView)),
+        resource_slices=tuple(v for v in by_kind.get(RESOURCESLICE, [])
+                              if isinstance(v, ResourceSliceView)),
+        resource_claims=tuple(v for v in by_kind.get(RESOURCECLAIM, [])
+                              if isinstance(v, ClaimView)),
+        claim_templates=tuple(v for v in by_kind.get(CLAIMTEMPLATE, [])
+                              if isinstance(v, ClaimTemplateView)),
     ), CONFIG)
 
 
@@ -116,6 +149,13 @@ def uids(views_: tuple[PodView, ...]) -> list[str]:
 def assert_same_answers(edited: Snapshot, built: Snapshot) -> None:
     assert edited.counts() == built.counts()
     assert edited.gpu_node_names == built.gpu_node_names
+    assert edited.gpu_devices() == built.gpu_devices()
+    assert edited.dra_gpu_nodes == built.dra_gpu_nodes
+    for i in range(3):
+        assert edited.resource_claim("ray", f"claim-{i}") == built.resource_claim(
+            "ray", f"claim-{i}")
+        assert edited.claim_template("ray", f"claim-{i}") == built.claim_template(
+            "ray", f"claim-{i}")
     assert HostPriorities().of(edited) == HostPriorities().of(built)
     for name in (*NODES, "unknown"):
         assert edited.node(name) == built.node(name)

@@ -122,12 +122,15 @@ def _grants(role: Obj) -> set[tuple[str, str, str]]:
 READ = ("get", "list", "watch")
 FOLLOWED = {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
             ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
-WATCHED_ONLY = {("", "events"), ("karpenter.sh", "nodeclaims")}
+WATCHED_ONLY = {("", "events"), ("karpenter.sh", "nodeclaims"),
+                *(("resource.k8s.io", r) for r in (
+                    "deviceclasses", "resourceslices", "resourceclaims",
+                    "resourceclaimtemplates"))}
 
 
 def test_raygate_reads_and_writes_only_pod_annotations_and_its_budgets() -> None:
-    """Read the kinds the cache follows (the node autoscalers' pod events and NodeClaims
-    with list and watch alone), patch pods (the stale-refusal annotation), keep
+    """Read the kinds the cache follows (the node autoscalers' pod events, NodeClaims and
+    the DRA objects with list and watch alone), patch pods (the stale-refusal annotation), keep
     the floors' PodDisruptionBudgets (server-side apply: create and patch; list at
     start; delete) and create the two reviews of --authz (which the API server answers
     and never stores): nothing more — no get or watch on budgets, no update of

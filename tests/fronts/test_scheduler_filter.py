@@ -23,6 +23,7 @@ from testkit.builders import (
     make_node,
     make_pod,
     make_raycluster,
+    make_resource_slice,
 )
 from tests.conftest import ServerThread, post_json
 
@@ -131,9 +132,10 @@ def test_filter_with_a_nodelist_echoes_passing_nodes_unchanged(
     server: ServerThread, client: httpx.Client
 ) -> None:
     """nodeCacheCapable: false — Node objects in, the passing ones back byte for byte,
-    classified from the request's own Node objects (the cache does not know gpu-9)."""
-    server.publish(CLUSTER)
-    nodes = [*NODES, make_node("gpu-9").gpus(1).obj()]
+    classified from the request's own Node objects (the cache does not know gpu-9) and the
+    DRA devices the cache knows on them (gpu-dra's slice: no Node object says)."""
+    server.publish(CLUSTER, make_resource_slice("gpu-dra", "gpu.nvidia.com", 2))
+    nodes = [*NODES, make_node("gpu-9").gpus(1).obj(), make_node("gpu-dra").obj()]
     nodes[0]["metadata"]["annotations"] = {"extra": "kept as sent", "nested": '{"a": 1}'}
     body = {"Pod": base("b1").obj(), "Nodes": {"metadata": {}, "items": nodes},
             "NodeNames": None}
@@ -141,12 +143,13 @@ def test_filter_with_a_nodelist_echoes_passing_nodes_unchanged(
     result = reply.json()
     assert result["NodeNames"] is None
     assert result["Nodes"]["items"] == [nodes[0], nodes[1]]
-    assert sorted(result["FailedAndUnresolvableNodes"]) == ["gpu-1", "gpu-2", "gpu-9"]
+    assert sorted(result["FailedAndUnresolvableNodes"]) == ["gpu-1", "gpu-2", "gpu-9",
+                                                            "gpu-dra"]
     reply = post_json(client, "/scheduler/prioritize", body)
     assert reply.json() == [
         {"Host": "cpu-1", "Score": 10}, {"Host": "cpu-2", "Score": 10},
         {"Host": "gpu-1", "Score": 0}, {"Host": "gpu-2", "Score": 0},
-        {"Host": "gpu-9", "Score": 0},
+        {"Host": "gpu-9", "Score": 0}, {"Host": "gpu-dra", "Score": 0},
     ]
 
 

@@ -15,9 +15,12 @@ from testkit.builders import (
     T0_EPOCH,
     Obj,
     PodBuilder,
+    make_claim_template,
+    make_device_class,
     make_node,
     make_pod,
     make_raycluster,
+    make_resource_slice,
 )
 from testkit.volcano_objects import job_info, node_info, task_info
 from tests.conftest import ServerThread, post_json
@@ -25,6 +28,11 @@ from tests.conftest import ServerThread, post_json
 CPU = make_node("cpu-1").obj()
 GPU = make_node("gpu-1").gpus(8).obj()
 GPU_BY_LABEL = make_node("gpu-2").label("nvidia.com/gpu.present", "true").obj()
+GPU_BY_DRA = make_node("gpu-dra").obj()  # its GPUs are a DRA driver's slice (below)
+DRA = (make_resource_slice("gpu-dra", "gpu.nvidia.com", 4),
+       make_resource_slice("gpu-dra-new", "gpu.nvidia.com", 4),  # a node not known yet
+       make_device_class("gpu.nvidia.com", "gpu.nvidia.com"),
+       make_claim_template("one-gpu", "gpu.nvidia.com"))
 CLUSTER = make_raycluster("rc").autoscaling().group("base", replicas=2, min=2, max=2) \
     .group("over", replicas=4, min=0, max=8).obj()
 
@@ -39,7 +47,7 @@ def over(name: str) -> PodBuilder:
 
 @pytest.fixture(autouse=True)
 def _cluster(server: ServerThread) -> None:
-    server.publish(CPU, GPU, GPU_BY_LABEL, CLUSTER)
+    server.publish(CPU, GPU, GPU_BY_LABEL, GPU_BY_DRA, *DRA, CLUSTER)
 
 
 def predicate(client: httpx.Client, pod: Obj, node: Obj, tasks: list[Obj] = ()) -> Any:  # type: ignore[assignment]
@@ -62,6 +70,13 @@ PREDICATE_CASES = [
      make_node("gpu-new").gpus(4).obj(), 3, "floor-avoids-gpu"),
     ("node unknown to the cache, cpu by its own object", base("b1").obj(),
      make_node("cpu-new").obj(), 0, ""),
+    # GPUs through DRA (docs/dra.md): the node is a GPU node by its slice, the worker
+    # whose claim asks for a GPU is a GPU pod.
+    ("floor worker on a DRA gpu node", base("b1").obj(), GPU_BY_DRA, 3, "floor-avoids-gpu"),
+    ("node unknown to the cache, gpu by the slice the cache holds", base("b1").obj(),
+     make_node("gpu-dra-new").obj(), 3, "floor-avoids-gpu"),
+    ("floor worker claiming a gpu on a DRA gpu node",
+     base("b1").claim("gpu", template="one-gpu").obj(), GPU_BY_DRA, 0, ""),
 ]
 
 

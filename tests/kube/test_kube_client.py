@@ -146,11 +146,13 @@ def test_serve_follows_the_cluster_of_a_kubeconfig_and_stops_on_sigterm(
             time.sleep(0.05)
         body = reply.json()
         assert body["objects"]["pods"] == 1 and body["kinds"]["Pod"]["synced"]
-        assert sorted(body["absent"]) == ["NodeClaim", "PodGroup", "Workload"]
+        assert sorted(body["absent"]) == ["DeviceClass", "NodeClaim", "PodGroup",
+                                          "ResourceClaim", "ResourceClaimTemplate",
+                                          "ResourceSlice", "Workload"]
         assert body["source"].startswith(f"cluster {double.url}")
     finally:
         process.send_signal(signal.SIGTERM)
         output = process.communicate(timeout=30)[0]
         double.stop()
     assert process.returncode == 0, output
-    assert "cache synced: 1 nodes, 1 pods" in output
+    assert "cache synced: 0 deviceclasses, 0 resourceslices, 1 nodes, 1 pods" in output

@@ -106,6 +106,17 @@ VERDICTS: list[tuple[str, str, str, str, SchedulerVerdict]] = [
     ("host ports", "False", "Unschedulable",
      "0/3 nodes are available: 3 node(s) didn't have free ports for the requested pod ports.",
      SchedulerVerdict.CAPACITY),
+    # DynamicResources (kube-scheduler 1.37): the devices of a DRA GPU driver.
+    ("dra devices taken", "False", "Unschedulable",
+     "0/3 nodes are available: 1 cannot allocate all claims, 2 node(s) didn't match Pod's "
+     "node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not "
+     "helpful for scheduling.", SchedulerVerdict.CAPACITY),
+    ("dra claim elsewhere", "False", "Unschedulable",
+     "0/2 nodes are available: 2 resourceclaim not available on the node.",
+     SchedulerVerdict.CONSTRAINTS),
+    ("dra no class", "False", "Unschedulable",
+     "0/2 nodes are available: 2 request gpus: device class gpu.example.com does not exist.",
+     SchedulerVerdict.CONSTRAINTS),
     ("affinity", "False", "Unschedulable", sc.AFFINITY, SchedulerVerdict.CONSTRAINTS),
     ("taint <= 1.24", "False", "Unschedulable", sc.TAINT_OLD, SchedulerVerdict.CONSTRAINTS),
     ("taint keyed", "False", "Unschedulable", sc.TAINT_KEYED, SchedulerVerdict.CONSTRAINTS),

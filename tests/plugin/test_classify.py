@@ -65,7 +65,7 @@ PODS = [
 
 @pytest.mark.parametrize(("obj", "found"), [c[1:] for c in PODS], ids=[c[0] for c in PODS])
 def test_gpu_pod(obj: Obj, found: tuple[str, ...]) -> None:
-    assert gpu_pod_resources(pod(obj), CONFIG) == found
+    assert gpu_pod_resources(pod(obj), CONFIG.gpu_resources) == found
 
 
 def test_pod_requests_follow_the_scheduler() -> None:

@@ -32,8 +32,11 @@ def test_every_setting_is_read() -> None:
         "thrashGuardSeconds": 60,
         "gpuNodesForSurplus": "never",
         "volcanoScoreScale": 5,
+        "gpuDrivers": ["accel.example.com"],
+        "gpuDeviceClasses": ["accel"],
     })
-    assert config == PolicyConfig(("example.com/accel",), {"accel": "yes"}, 60.0,
+    assert config == PolicyConfig(("example.com/accel",), {"accel": "yes"},
+                                  ("accel.example.com",), ("accel",), 60.0,
                                   GpuNodesForSurplus.NEVER, 5.0)
     assert policy_config_from_mapping(policy_config_to_mapping(config)) == config
 

@@ -32,6 +32,11 @@ MESSAGE_MARKERS: tuple[tuple[str, SchedulerVerdict], ...] = (
     # Volcano, pipelined: room is being made by an eviction (reason Unschedulable).
     ("once resource is released", SchedulerVerdict.CAPACITY),
     ("NotEnoughResources", SchedulerVerdict.CAPACITY),  # Volcano gang condition text, quoted
+    # DynamicResources: no node has free devices for the pod's claims (DRA GPUs taken).
+    ("cannot allocate all claims", SchedulerVerdict.CAPACITY),
+    # ... its claim is allocated on another node, or asks for a class that does not exist.
+    ("resourceclaim not available on the node", SchedulerVerdict.CONSTRAINTS),
+    ("does not exist", SchedulerVerdict.CONSTRAINTS),
     ("didn't match Pod's node affinity/selector", SchedulerVerdict.CONSTRAINTS),
     # TaintToleration: "had untolerated taint {k: v}" (1.25+) and "had untolerated
     # taint(s)" (kubernetes#134740, 1.34+) share this prefix ...

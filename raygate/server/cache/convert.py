@@ -20,6 +20,7 @@ from typing import Any
 
 from raygate.contract.errors import BadRequest
 from raygate.plugin.admission.autoscalers import wanted
+from raygate.plugin.devices import PodClaim
 from raygate.plugin.model import (
     EMPTY,
     Condition,
@@ -199,6 +200,7 @@ class PodViews:
             nominated_node_name=status.nominated_node_name or "",
             scheduling_gates=gates,
             node_affinity=shape,
+            resource_claims=pod_claims(spec.resource_claims),
         )
 
     # The field paths of errors are only built when a value is converted, not reused:
@@ -250,6 +252,14 @@ class PodViews:
             where = where % index if "%" in where else where
             seconds = self._times.put(value, timestamp(value, path + where))
         return seconds
+
+
+def pod_claims(claims: list[kube.PodResourceClaim] | None) -> tuple[PodClaim, ...]:
+    """A pod spec's ``resourceClaims`` (also a pod template's: ``raygate check``)."""
+    if not claims:
+        return ()
+    return tuple(PodClaim(c.name, c.resource_claim_name or "",
+                          c.resource_claim_template_name or "") for c in claims)
 
 
 pod_view = PodViews()
@@ -350,3 +360,4 @@ def event_component(event: kube.Event) -> str:
 def nodeclaim_view(claim: kube.NodeClaim, path: str = "$") -> NodeClaimView:
     return NodeClaimView(name=claim.metadata.name, node_name=claim.status.node_name or "",
                          deleting=bool(claim.metadata.deletion_timestamp))
+

@@ -11,6 +11,7 @@ from immutables import Map
 
 from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_record
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.devices import ClaimView, DeviceClassView, ResourceSliceView
 from raygate.plugin.model import (
     GroupKey,
     NodeClaimView,
@@ -23,6 +24,7 @@ from raygate.plugin.model import (
     WorkloadView,
 )
 from raygate.server.cache.autoscaling import AUTOSCALER_KINDS, AutoscalerTables
+from raygate.server.cache.devices import DEVICE_KINDS, DeviceTables
 from raygate.server.cache.indexes import Editing
 from raygate.server.cache.keys import (
     KINDS,
@@ -48,8 +50,10 @@ def build_snapshot(objects: ClusterObjects, config: PolicyConfig) -> Snapshot:
     are None, and its ``objects`` are those given."""
     editor = SnapshotEditor(Snapshot.empty(config), whole=True)
     views: Iterable[View]
-    for views in (objects.nodes, objects.pods, objects.rayclusters, objects.podgroups,
-                  objects.workloads, objects.events, objects.node_claims):
+    for views in (objects.device_classes, objects.resource_slices, objects.nodes,
+                  objects.pods, objects.rayclusters, objects.podgroups, objects.workloads,
+                  objects.events, objects.node_claims, objects.resource_claims,
+                  objects.claim_templates):
         for view in views:
             editor.upsert(view)
     editor.autoscaling.follows_claims = bool(objects.node_claims)
@@ -89,9 +93,13 @@ class SnapshotEditor:
         self._config = base.config
         self._indexes = Editing(base.indexes)
         self.autoscaling = AutoscalerTables(self._indexes, base._follows_claims)
+        self.devices = DeviceTables(self._indexes, self._config, base._gpu_devices,
+                                    base.dra_gpu_nodes)
         # Copied on the first change of a node's class or of the node set.
         self._gpu: dict[str, bool] | None = None
         self._new_nodes: list[str] = []
+        """Nodes that became known, or a GPU node by their slices: their preemption
+        records are corrected at ``finish``."""
         self._bulk = whole
         """Built from nothing, or pods loaded in bulk (``_load_pods``): changes are not
         itemised."""
@@ -110,6 +118,9 @@ class SnapshotEditor:
             self._indexes.podgroups.set((view.namespace, view.name), (resource_version, view))
         elif isinstance(view, PodEventView | NodeClaimView):
             self.autoscaling.upsert(view, resource_version, self._indexes.pods)
+        elif isinstance(view, DeviceClassView | ResourceSliceView | ClaimView):
+            self.devices.upsert(view, resource_version)
+            self._reclassify()
         else:
             self._upsert_workload(view, resource_version)
 
@@ -117,6 +128,10 @@ class SnapshotEditor:
         """Remove the object ``key`` of ``kind``; False when it was not there."""
         if kind in AUTOSCALER_KINDS:
             return self.autoscaling.delete(kind, key)
+        if kind in DEVICE_KINDS:
+            gone = self.devices.delete(kind, key)
+            self._reclassify()
+            return gone
         if kind == POD:
             uid = cast(str, key)
             old_pod = self._indexes.pods.pop(uid)
@@ -195,6 +210,7 @@ class SnapshotEditor:
         else:
             snap.node_classes = self._gpu
             snap.gpu_node_names = frozenset(name for name, gpu in self._gpu.items() if gpu)
+        snap._gpu_devices, snap.dra_gpu_nodes = self.devices.devices, self.devices.dra_gpu_nodes
         snap.indexes = self._indexes.finish()
         snap._follows_claims = self.autoscaling.follows_claims
         snap._ignored = base._ignored
@@ -218,13 +234,28 @@ class SnapshotEditor:
     def _upsert_node(self, view: NodeView, resource_version: str) -> None:
         known = view.name in self._indexes.nodes
         self._indexes.nodes.set(view.name, (resource_version, view))
-        is_gpu = gpu_node_reason(view, self._config) is not None
+        if self._classify(view) and not known:
+            self._new_nodes.append(view.name)
+
+    def _classify(self, view: NodeView) -> bool:
+        """Class ``view`` by its reasons; True when that changed its class (same class:
+        nothing the hot path reads changes)."""
+        is_gpu = gpu_node_reason(view, self._config, self.devices.dra_gpu_nodes) is not None
         gpu = self._gpu if self._gpu is not None else self._base.node_classes
         if gpu.get(view.name) is is_gpu:
-            return  # same class: nothing the hot path reads changes
+            return False
         self._writable_gpu()[view.name] = is_gpu
-        if not known:
-            self._new_nodes.append(view.name)
+        return True
+
+    def _reclassify(self) -> None:
+        """Class again the nodes whose DRA devices an edit changed; a node that became a
+        GPU node by its slices has its preemption records corrected as a new node's are
+        (slices can come after the pods)."""
+        for name in self.devices.reclassify:
+            entry = self._indexes.nodes.get(name)
+            if entry is not None and self._classify(entry[1]):
+                self._new_nodes.append(name)
+        self.devices.reclassify.clear()
 
     # --- pods ---------------------------------------------------------------------------
     def _is_gpu(self, node_name: str) -> bool:

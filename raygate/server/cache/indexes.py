@@ -9,6 +9,12 @@ from typing import Any
 
 from immutables import Map
 
+from raygate.plugin.devices import (
+    ClaimTemplateView,
+    ClaimView,
+    DeviceClassView,
+    ResourceSliceView,
+)
 from raygate.plugin.model import (
     GroupKey,
     NodeClaimView,
@@ -21,12 +27,16 @@ from raygate.plugin.model import (
     WorkloadView,
 )
 from raygate.server.cache.keys import (
+    CLAIMTEMPLATE,
+    DEVICECLASS,
     EVENT,
     NODE,
     NODECLAIM,
     POD,
     PODGROUP,
     RAYCLUSTER,
+    RESOURCECLAIM,
+    RESOURCESLICE,
     WORKLOAD,
     ClusterKey,
 )
@@ -72,11 +82,20 @@ class Indexes:
     """Workloads by the RayCluster that owns them."""
     events_of: Map[str, Map[NamespacedKey, PodEventView]] = field(default=_EMPTY, metadata=_NESTED)
     """Pod events by pod UID."""
+    deviceclasses: Map[str, Entry[DeviceClassView]] = field(default=_EMPTY, metadata=_FLAT)
+    resourceslices: Map[str, Entry[ResourceSliceView]] = field(default=_EMPTY, metadata=_FLAT)
+    resourceclaims: Map[NamespacedKey, Entry[ClaimView]] = field(default=_EMPTY, metadata=_FLAT)
+    resourceclaimtemplates: Map[NamespacedKey, Entry[ClaimTemplateView]] = field(
+        default=_EMPTY, metadata=_FLAT)
+    slices_on: Map[str, Map[str, ResourceSliceView]] = field(default=_EMPTY, metadata=_NESTED)
+    """ResourceSlices by the node whose devices they list, then by name."""
 
 
 PRIMARY: dict[str, str] = {
+    DEVICECLASS: "deviceclasses", RESOURCESLICE: "resourceslices",
     NODE: "nodes", POD: "pods", RAYCLUSTER: "rayclusters", PODGROUP: "podgroups",
     WORKLOAD: "workloads", EVENT: "events", NODECLAIM: "nodeclaims",
+    RESOURCECLAIM: "resourceclaims", CLAIMTEMPLATE: "resourceclaimtemplates",
 }
 """The field of ``Indexes`` (and of ``Editing``) that holds each kind's objects, in the
 order of ``keys.KINDS`` (and of ``Snapshot.counts``)."""
@@ -102,6 +121,11 @@ class Editing:
     preemptions: _Flat[GroupKey, tuple[PreemptionRecord, ...]]
     workloads_of: _Nested[ClusterKey, NamespacedKey, WorkloadView]
     events_of: _Nested[str, NamespacedKey, PodEventView]
+    deviceclasses: _Flat[str, Entry[DeviceClassView]]
+    resourceslices: _Flat[str, Entry[ResourceSliceView]]
+    resourceclaims: _Flat[NamespacedKey, Entry[ClaimView]]
+    resourceclaimtemplates: _Flat[NamespacedKey, Entry[ClaimTemplateView]]
+    slices_on: _Nested[str, str, ResourceSliceView]
 
     def __init__(self, base: Indexes) -> None:
         for index in fields(Indexes):

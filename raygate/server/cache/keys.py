@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from raygate.plugin.devices import ClaimView, DeviceClassView, ResourceSliceView
 from raygate.plugin.model import (
     NodeClaimView,
     NodeView,
@@ -18,17 +19,21 @@ from raygate.plugin.model import (
 
 NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD = "Node", "Pod", "RayCluster", "PodGroup", "Workload"
 EVENT, NODECLAIM = "Event", "NodeClaim"
-KINDS = (NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD, EVENT, NODECLAIM)
-"""The kinds the cache holds, in the order a whole snapshot is built (nodes first, so a
-pod's node class is known when its preemption is recorded)."""
+DEVICECLASS, RESOURCESLICE = "DeviceClass", "ResourceSlice"
+RESOURCECLAIM, CLAIMTEMPLATE = "ResourceClaim", "ResourceClaimTemplate"
+KINDS = (DEVICECLASS, RESOURCESLICE, NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD, EVENT,
+         NODECLAIM, RESOURCECLAIM, CLAIMTEMPLATE)
+"""The kinds the cache holds, in the order a whole snapshot is built (what makes a GPU
+node, then nodes, so a pod's node class is known when its preemption is recorded)."""
 
 View: TypeAlias = (NodeView | PodView | RayClusterView | PodGroupView | WorkloadView
-                   | PodEventView | NodeClaimView)
+                   | PodEventView | NodeClaimView | DeviceClassView | ResourceSliceView
+                   | ClaimView)
 ClusterKey: TypeAlias = tuple[str, str]
 """(namespace, name) of a RayCluster."""
 ObjectKey: TypeAlias = str | tuple[str, str]
-"""How the cache names an object of a kind: a node or a NodeClaim by name, a pod by UID,
-Events and the namespaced custom resources by (namespace, name)."""
+"""How the cache names an object of a kind: a cluster-scoped one (Node, NodeClaim,
+DeviceClass, ResourceSlice) by name, a pod by UID, namespaced ones by (namespace, name)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,10 @@ class ClusterObjects:
     workloads: tuple[WorkloadView, ...] = ()
     events: tuple[PodEventView, ...] = ()
     node_claims: tuple[NodeClaimView, ...] = ()
+    device_classes: tuple[DeviceClassView, ...] = ()
+    resource_slices: tuple[ResourceSliceView, ...] = ()
+    resource_claims: tuple[ClaimView, ...] = ()
+    claim_templates: tuple[ClaimView, ...] = ()
     ignored: Counter[str] = field(default_factory=Counter)
     """Objects of kinds raygate does not use, by kind."""
 
@@ -56,7 +65,7 @@ def object_key(kind: str, namespace: str, name: str, uid: str) -> ObjectKey:
     could not read, to remove the version it holds)."""
     if kind == POD:
         return pod_key(uid, namespace, name)
-    if kind in (NODE, NODECLAIM):
+    if kind in (NODE, NODECLAIM, DEVICECLASS, RESOURCESLICE):
         return name
     return (namespace, name)
 
@@ -64,6 +73,6 @@ def object_key(kind: str, namespace: str, name: str, uid: str) -> ObjectKey:
 def key_of(view: View) -> ObjectKey:
     if isinstance(view, PodView):
         return pod_key(view.uid, view.namespace, view.name)
-    if isinstance(view, NodeView | NodeClaimView):
+    if isinstance(view, NodeView | NodeClaimView | DeviceClassView | ResourceSliceView):
         return view.name
     return (view.namespace, view.name)

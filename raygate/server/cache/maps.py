@@ -136,6 +136,13 @@ class _Nested(Generic[KT, MT, VT]):
             self.touched.add(key)
         return inner
 
+    def get(self, key: KT) -> Map[MT, VT]:
+        """The members of ``key`` as edited so far."""
+        inner = self.inner.get(key)
+        if inner is not None:
+            return inner.finish()
+        return self.outer.get(key) or _EMPTY
+
     def add(self, key: KT, member: MT, value: VT) -> None:
         self._open(key).set(member, value)
 

@@ -30,6 +30,7 @@ from typing import Any
 from immutables import Map
 
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.devices import ClaimView, GpuDevices, gpu_devices
 from raygate.plugin.model import (
     GroupKey,
     NodeClaimView,
@@ -44,12 +45,16 @@ from raygate.plugin.model import (
 from raygate.server.cache.autoscaling import latest
 from raygate.server.cache.indexes import PRIMARY, Indexes
 from raygate.server.cache.keys import (
+    CLAIMTEMPLATE,
+    DEVICECLASS,
     EVENT,
     NODE,
     NODECLAIM,
     POD,
     PODGROUP,
     RAYCLUSTER,
+    RESOURCECLAIM,
+    RESOURCESLICE,
     WORKLOAD,
     ClusterKey,
     ClusterObjects,
@@ -92,6 +97,9 @@ class Snapshot:
     that follow until a node appears, goes or changes class: its identity tells a reader
     that memoises per node class (the scheduler front's prioritize entries) when to look
     again."""
+    dra_gpu_nodes: dict[str, str]
+    """Node name -> why its ResourceSlices make it a GPU node (``devices.dra_node_reason``);
+    read-only, decided when a slice or a DeviceClass changes."""
     serial: int
     base_serial: int
     """The serial of the snapshot this one was edited from (0: built from nothing)."""
@@ -100,6 +108,7 @@ class Snapshot:
     load, a policy change): a reader must look at everything."""
 
     indexes: Indexes
+    _gpu_devices: GpuDevices
     _follows_claims: bool
     _ignored: Counter[str]
 
@@ -110,6 +119,7 @@ class Snapshot:
         snap.serial, snap.base_serial, snap.changes = next(_serials), 0, None
         snap.gpu_node_names = frozenset()
         snap.node_classes = {}
+        snap._gpu_devices, snap.dra_gpu_nodes = gpu_devices((), config), {}
         snap.indexes = Indexes()
         snap._follows_claims = False
         snap._ignored = Counter()
@@ -170,6 +180,17 @@ class Snapshot:
     def follows_node_claims(self) -> bool:
         return self._follows_claims
 
+    def gpu_devices(self) -> GpuDevices:
+        return self._gpu_devices
+
+    def resource_claim(self, namespace: str, name: str) -> ClaimView | None:
+        entry = self.indexes.resourceclaims.get((namespace, name))
+        return None if entry is None else entry[1]
+
+    def claim_template(self, namespace: str, name: str) -> ClaimView | None:
+        entry = self.indexes.resourceclaimtemplates.get((namespace, name))
+        return None if entry is None else entry[1]
+
     # --- for status endpoints, logs and the list/watch source ---------------------------
     @cached_property
     def _raycluster_views(self) -> tuple[RayClusterView, ...]:
@@ -185,6 +206,9 @@ class Snapshot:
             nodes=self._views(NODE), pods=self._views(POD), rayclusters=self._raycluster_views,
             podgroups=self._views(PODGROUP), workloads=self._views(WORKLOAD),
             events=self._views(EVENT), node_claims=self._views(NODECLAIM),
+            device_classes=self._views(DEVICECLASS), resource_slices=self._views(RESOURCESLICE),
+            resource_claims=self._views(RESOURCECLAIM),
+            claim_templates=self._views(CLAIMTEMPLATE),
             ignored=Counter(self._ignored),
         )
 

@@ -2,7 +2,8 @@
 
 A file holds one object, a ``kind: List`` with ``items``, or several YAML documents (JSON
 is YAML). Nodes, Pods, RayClusters, PodGroups, Workloads, the pod Events node
-autoscalers write and Karpenter's NodeClaims are used; other kinds are counted. A
+autoscalers write, Karpenter's NodeClaims and the DRA objects (DeviceClasses,
+ResourceSlices, ResourceClaims and their templates) are used; other kinds are counted. A
 malformed object refuses the whole load with the file, the item index and the field
 path.
 """
@@ -10,24 +11,15 @@ path.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import yaml
 
-from raygate.plugin.model import (
-    NodeClaimView,
-    NodeView,
-    PodEventView,
-    PodGroupView,
-    PodView,
-    RayClusterView,
-    WorkloadView,
-)
-from raygate.server.cache import convert
+from raygate.server.cache import convert, devices
 from raygate.server.cache.keys import ClusterObjects
 from raygate.server.files import yaml_problem
 from raygate.server.wire import DECODE_ERRORS, kube
@@ -35,15 +27,39 @@ from raygate.server.wire import DECODE_ERRORS, kube
 __all__ = ["ManifestLoader", "SnapshotError", "demo_text", "load_files", "load_text",
            "read_documents"]
 
-# apiVersion group of each kind raygate reads; core kinds have no group.
-_KINDS: dict[str, tuple[tuple[str, ...], type[msgspec.Struct]]] = {
-    "Node": (("v1",), kube.Node),
-    "Pod": (("v1",), kube.Pod),
-    "RayCluster": (("ray.io/v1",), kube.RayCluster),
-    "PodGroup": (("scheduling.volcano.sh/v1beta1",), kube.PodGroup),
-    "Workload": (("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"), kube.Workload),
-    "Event": (("v1",), kube.Event),
-    "NodeClaim": (("karpenter.sh/v1",), kube.NodeClaim),
+_DRA = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")
+
+
+class _Kind(NamedTuple):
+    api_versions: tuple[str, ...]
+    """The apiVersions raygate reads the kind at; core kinds have no group."""
+    wire: type[msgspec.Struct]
+    view: Callable[[Any], Any]
+    into: str
+    """The ``ClusterObjects`` field its views go to."""
+    keep: Callable[[Any], bool] | None = None
+    """Of its objects, those raygate uses (None: all)."""
+
+
+_KINDS: dict[str, _Kind] = {
+    "DeviceClass": _Kind(_DRA, kube.DeviceClass, devices.device_class_view, "device_classes"),
+    "ResourceSlice": _Kind(_DRA, kube.ResourceSlice, devices.resource_slice_view,
+                           "resource_slices"),
+    "Node": _Kind(("v1",), kube.Node, convert.node_view, "nodes"),
+    "Pod": _Kind(("v1",), kube.Pod, convert.pod_view, "pods"),
+    "RayCluster": _Kind(("ray.io/v1",), kube.RayCluster, convert.raycluster_view,
+                        "rayclusters"),
+    "PodGroup": _Kind(("scheduling.volcano.sh/v1beta1",), kube.PodGroup,
+                      convert.podgroup_view, "podgroups"),
+    "Workload": _Kind(("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"), kube.Workload,
+                      convert.workload_view, "workloads"),
+    "Event": _Kind(("v1",), kube.Event, convert.event_view, "events", convert.wanted_event),
+    "NodeClaim": _Kind(("karpenter.sh/v1",), kube.NodeClaim, convert.nodeclaim_view,
+                       "node_claims"),
+    "ResourceClaim": _Kind(_DRA, kube.ResourceClaim, devices.resource_claim_view,
+                           "resource_claims"),
+    "ResourceClaimTemplate": _Kind(_DRA, kube.ResourceClaimTemplate,
+                                   devices.claim_template_view, "claim_templates"),
 }
 
 
@@ -130,13 +146,7 @@ def demo_text() -> str:
 
 class _Builder:
     def __init__(self) -> None:
-        self.nodes: list[NodeView] = []
-        self.pods: list[PodView] = []
-        self.rayclusters: list[RayClusterView] = []
-        self.podgroups: list[PodGroupView] = []
-        self.workloads: list[WorkloadView] = []
-        self.events: list[PodEventView] = []
-        self.node_claims: list[NodeClaimView] = []
+        self.views: dict[str, list[Any]] = {known.into: [] for known in _KINDS.values()}
         self.ignored: Counter[str] = Counter()
 
     def add(self, obj: Any, location: str) -> None:
@@ -146,45 +156,18 @@ class _Builder:
         if not isinstance(kind, str) or not isinstance(api_version, str):
             raise SnapshotError(f"{location}: missing `kind` or `apiVersion`")
         known = _KINDS.get(kind)
-        if known is None or api_version not in known[0]:
+        if known is None or api_version not in known.api_versions:
             self.ignored[f"{api_version}/{kind}"] += 1
             return
         meta = obj.get("metadata")
         name = meta.get("name", "?") if isinstance(meta, dict) else "?"
-        where = f"{location} ({kind} {name})"
         try:
-            wire = msgspec.convert(obj, type=known[1], strict=False)
-            self._add(wire, where)
+            wire = msgspec.convert(obj, type=known.wire, strict=False)
+            if known.keep is None or known.keep(wire):
+                self.views[known.into].append(known.view(wire))
         except (msgspec.ValidationError, convert.ConversionError) as exc:
-            raise SnapshotError(f"{where}: {exc}") from None
-
-    def _add(self, wire: msgspec.Struct, where: str) -> None:
-        if isinstance(wire, kube.Node):
-            self.nodes.append(convert.node_view(wire))
-        elif isinstance(wire, kube.Pod):
-            self.pods.append(convert.pod_view(wire))
-        elif isinstance(wire, kube.RayCluster):
-            self.rayclusters.append(convert.raycluster_view(wire))
-        elif isinstance(wire, kube.PodGroup):
-            self.podgroups.append(convert.podgroup_view(wire))
-        elif isinstance(wire, kube.Workload):
-            self.workloads.append(convert.workload_view(wire))
-        elif isinstance(wire, kube.Event):
-            if convert.wanted_event(wire):
-                self.events.append(convert.event_view(wire))
-        elif isinstance(wire, kube.NodeClaim):
-            self.node_claims.append(convert.nodeclaim_view(wire))
-        else:  # pragma: no cover - _KINDS lists exactly the types above
-            raise SnapshotError(f"{where}: unexpected type {type(wire).__name__}")
+            raise SnapshotError(f"{location} ({kind} {name}): {exc}") from None
 
     def build(self) -> ClusterObjects:
-        return ClusterObjects(
-            nodes=tuple(self.nodes),
-            pods=tuple(self.pods),
-            rayclusters=tuple(self.rayclusters),
-            podgroups=tuple(self.podgroups),
-            workloads=tuple(self.workloads),
-            events=tuple(self.events),
-            node_claims=tuple(self.node_claims),
-            ignored=Counter(self.ignored),
-        )
+        return ClusterObjects(**{into: tuple(views) for into, views in self.views.items()},
+                              ignored=Counter(self.ignored))

@@ -10,17 +10,31 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any, BinaryIO, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO, TextIO, TypeVar
 
 import msgspec
 
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.devices import (
+    ClaimTemplateView,
+    ClaimView,
+    GpuDevices,
+    ResourceSliceView,
+    dra_node_reason,
+    gpu_devices,
+)
 from raygate.plugin.lint import lint
 from raygate.plugin.lint_model import ClusterFacts, Finding, LintCluster, object_ref
 from raygate.plugin.manifest import not_an_object, not_parsed, recognise
 from raygate.server.cache import convert
+from raygate.server.cache.devices import (
+    claim_template_view,
+    device_class_view,
+    resource_claim_view,
+    resource_slice_view,
+)
 from raygate.server.cache.snapshot_files import SnapshotError
 from raygate.server.check.inputs import (
     DEFAULT_MAX_BYTES,
@@ -40,6 +54,10 @@ from raygate.server.wire.raycluster import RayClusterManifest
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_VERSION", "VERSIONS", "check_files", "lint_cluster",
            "live_inputs", "parse_size", "run_check"]
+
+_DRA = "resource.k8s.io/v1"
+_Wire = TypeVar("_Wire")
+_View = TypeVar("_View")
 
 
 def _ref(obj: dict[str, Any]) -> str:
@@ -82,19 +100,50 @@ def _check_file(path: str, config: PolicyConfig, report: Report, *, kuberay: str
                             for f in _document_findings(doc, config, kuberay, report)]
 
 
+def _dra_inputs(transport: KubeTransport, scope: str, config: PolicyConfig
+                ) -> tuple[dict[str, str], GpuDevices, dict[tuple[str, str], ClaimView],
+                           dict[tuple[str, str], ClaimTemplateView]]:
+    """What ``resource.k8s.io/v1`` says when the API serves it (nothing when not): the DRA
+    reason of each GPU node by the slices on it, the GPU devices, and the claims and
+    claim templates of ``scope`` (one namespace's, or all) by (namespace, name)."""
+    served = transport.discover(_DRA) or frozenset()
+
+    def views(plural: str, wire: type[_Wire], view: Callable[[_Wire], _View],
+              where: str = "") -> list[_View]:
+        if plural not in served:
+            return []
+        return [view(msgspec.json.decode(raw, type=wire))
+                for raw in transport.list_raw(f"/apis/{_DRA}{where}/{plural}")]
+
+    devices = gpu_devices(views("deviceclasses", kube.DeviceClass, device_class_view), config)
+    on: dict[str, list[ResourceSliceView]] = {}
+    for slice_ in views("resourceslices", kube.ResourceSlice, resource_slice_view):
+        for node in slice_.nodes:
+            on.setdefault(node, []).append(slice_)
+    dra = {node: reason for node, slices in on.items()
+           if (reason := dra_node_reason(slices, devices)) is not None}
+    claims = views("resourceclaims", kube.ResourceClaim, resource_claim_view, scope)
+    templates = views("resourceclaimtemplates", kube.ResourceClaimTemplate,
+                      claim_template_view, scope)
+    return (dra, devices, {(c.namespace, c.name): c for c in claims},
+            {(t.namespace, t.name): t for t in templates})
+
+
 def live_inputs(connection: Connection, namespace: str | None,
                 config: PolicyConfig) -> tuple[list[LintCluster], ClusterFacts]:
     """The RayClusters (of one namespace, or all) and what raygate sees of the cluster:
-    GPU nodes, and whether Volcano's PodGroups and Kueue's Workloads are served."""
+    GPU nodes (DRA's too), whether Volcano's PodGroups and Kueue's Workloads are served,
+    and the GPU DeviceClasses, ResourceClaims and templates the groups' claims name."""
     transport = KubeTransport(connection)
     try:
         scope = f"/namespaces/{namespace}" if namespace else ""
         clusters = [lint_cluster(msgspec.json.decode(raw, type=RayClusterManifest))
                     for raw in transport.list_raw(f"/apis/ray.io/v1{scope}/rayclusters")]
+        dra, devices, claims, templates = _dra_inputs(transport, scope, config)
         gpu_nodes = sum(
             1 for raw in transport.list_raw("/api/v1/nodes")
             if gpu_node_reason(convert.node_view(kube.NODE.decode(raw)),
-                               config) is not None)
+                               config, dra) is not None)
         volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
         kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())
                     for v in ("v1beta2", "v1beta1"))
@@ -102,7 +151,7 @@ def live_inputs(connection: Connection, namespace: str | None,
         raise SnapshotError(f"reading the cluster at {connection.description}: {exc}") from None
     finally:
         transport.close()
-    return clusters, ClusterFacts(gpu_nodes, volcano, kueue)
+    return clusters, ClusterFacts(gpu_nodes, volcano, kueue, devices, claims, templates)
 
 
 def check_files(paths: Sequence[str], config: PolicyConfig, *,

@@ -67,6 +67,7 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
             tolerations=_tolerations(pod),
             scheduler_name=pod.scheduler_name or "",
             node_selector=pod.node_selector or {},
+            claims=convert.pod_claims(pod.resource_claims),
         ))
     options = spec.autoscaler_options
     autoscaler = None
@@ -90,7 +91,8 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
         head=HeadSpec(
             resources=_resources(head.containers or (),
                                  f"{spec_path}.headGroupSpec.template.spec.containers"),
-            tolerations=_tolerations(head), node_selector=head.node_selector or {}),
+            tolerations=_tolerations(head), node_selector=head.node_selector or {},
+            claims=convert.pod_claims(head.resource_claims)),
     )
 
 

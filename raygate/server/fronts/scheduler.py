@@ -118,12 +118,14 @@ def _nodes_from_list(
     raw_items: list[msgspec.Raw], snap: Snapshot
 ) -> list[tuple[msgspec.Raw, str, bool]]:
     """(raw node, name, is GPU) for a NodeList request, classified from the Node objects
-    the scheduler sent: in that mode they are the truth, whatever the cache holds."""
+    the scheduler sent (in that mode they are the truth, whatever the cache holds) and
+    the devices the cache knows on them (``dra_gpu_nodes``: no Node object says)."""
     out = []
     for i, raw in enumerate(raw_items):
         path = f"$.Nodes.items[{i}]"
         node = convert.node_view(decode(kube.NODE.decode, raw, path), path)
-        out.append((raw, node.name, gpu_node_reason(node, snap.config) is not None))
+        is_gpu = gpu_node_reason(node, snap.config, snap.dra_gpu_nodes) is not None
+        out.append((raw, node.name, is_gpu))
     return out
 
 

@@ -82,7 +82,7 @@ class VolcanoExtender:
             return False
         view = convert.node_view(decode(kube.NODE.decode, node.node, f"{path}.Node"),
                                  f"{path}.Node")
-        return gpu_node_reason(view, snap.config) is not None
+        return gpu_node_reason(view, snap.config, snap.dra_gpu_nodes) is not None
 
     def session(self, _: bytes) -> bytes:
         """onSessionOpen/onSessionClose: Volcano never reads the reply; raygate's own

@@ -79,7 +79,9 @@ def _marker_patch(pod: wire.PodForPatch) -> Patch:
 def _asks_for_gpu(pod: wire.PodForPatch, config: PolicyConfig) -> bool:
     """Any container requests or limits a configured GPU resource (as
     ``classify.gpu_pod_resources`` reads the cached pod). A quantity that does not parse
-    counts as a GPU: the API server refuses that pod anyway, and no gate is the safe side."""
+    counts as a GPU: the API server refuses that pod anyway, and no gate is the safe side.
+    A pod whose GPU comes through DRA (a claim, a resource a DeviceClass backs) is gated:
+    the webhook reads no cache; its release finds it a GPU pod and writes no rule."""
     for container in (*(pod.spec.containers or ()), *(pod.spec.init_containers or ())):
         resources = container.resources
         if resources is None:

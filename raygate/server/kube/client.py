@@ -40,7 +40,7 @@ from raygate.server.kube.decode import (
     next_continue,
     status_of,
 )
-from raygate.server.kube.resources import Served
+from raygate.server.kube.resources import RESOURCES, Served
 from raygate.server.kube.transport import (
     ListPage,
     NotServed,
@@ -219,6 +219,12 @@ class KubeTransport(Writes):
     def __init__(self, connection: Connection, settings: WatchSettings | None = None) -> None:
         settings = settings or WatchSettings()
         self.connection = connection
+        # Each kind's watch holds a connection; LIST prefetches and writes need more beside
+        # them. The client's default (5 per CPU) is 10 on 2 CPUs: fewer than the kinds, and
+        # every connection over it is discarded after its request.
+        pool = connection.configuration
+        pool.connection_pool_maxsize = max(pool.connection_pool_maxsize or 0,
+                                           len(RESOURCES) + 8)
         self.api = k8s.ApiClient(connection.configuration)
         self.request_timeout = settings.request_timeout
         self.read_timeout = settings.read_timeout

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from raygate.server.cache import convert, keys
+from raygate.server.cache import convert, devices, keys
 from raygate.server.cache.convert import PodViews
 from raygate.server.wire import kube
 
@@ -33,7 +33,8 @@ class Resource:
     view: Callable[[Any], keys.View]
     """Wire object to the policy's view (``raygate.server.cache.convert``)."""
     crd: bool = False
-    """A custom resource: may be absent from the cluster, found by discovery."""
+    """A custom resource, or an API group a cluster may not serve: may be absent, found
+    by discovery."""
     field_selector: str = ""
     """Asked of the API server on LIST and WATCH: only the objects that match come."""
     keep: Callable[[Any], bool] | None = None
@@ -79,7 +80,15 @@ class Served:
         return ".".join(p for p in parts if p)
 
 
+_DRA = ("v1", "v1beta2")
+
 RESOURCES: tuple[Resource, ...] = (
+    # Dynamic Resource Allocation (GA in 1.34; v1beta2, the same shapes, in 1.33): what
+    # makes a node a GPU node, before the nodes.
+    Resource(keys.DEVICECLASS, "resource.k8s.io", _DRA, "deviceclasses", kube.DeviceClass,
+             devices.device_class_view, crd=True),
+    Resource(keys.RESOURCESLICE, "resource.k8s.io", _DRA, "resourceslices",
+             kube.ResourceSlice, devices.resource_slice_view, crd=True),
     Resource(keys.NODE, "", ("v1",), "nodes", kube.Node, convert.node_view),
     # Pods are most of a cluster: their views share what repeats (``convert.PodViews``).
     Resource(keys.POD, "", ("v1",), "pods", kube.Pod, PodViews()),
@@ -97,4 +106,9 @@ RESOURCES: tuple[Resource, ...] = (
              field_selector="involvedObject.kind=Pod", keep=convert.wanted_event),
     Resource(keys.NODECLAIM, "karpenter.sh", ("v1",), "nodeclaims", kube.NodeClaim,
              convert.nodeclaim_view, crd=True),
+    # What a pod's resource claims ask for.
+    Resource(keys.RESOURCECLAIM, "resource.k8s.io", _DRA, "resourceclaims",
+             kube.ResourceClaim, devices.resource_claim_view, crd=True),
+    Resource(keys.CLAIMTEMPLATE, "resource.k8s.io", _DRA, "resourceclaimtemplates",
+             kube.ResourceClaimTemplate, devices.claim_template_view, crd=True),
 )

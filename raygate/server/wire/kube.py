@@ -65,6 +65,12 @@ class SchedulingGate(_Base):
     name: str = ""
 
 
+class PodResourceClaim(_Base):
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
 class PodSpec(_Base):
     node_name: str | None = None
     priority: int | None = None
@@ -75,6 +81,7 @@ class PodSpec(_Base):
     affinity: Any = None
     """Read only for the shape of the node affinity of a pod raygate's placement gate
     holds; any JSON is accepted here (a pod's affinity never fails a request)."""
+    resource_claims: list[PodResourceClaim] | None = None
 
 
 class Condition(_Base):
@@ -205,6 +212,77 @@ class Event(_Base):
     last_timestamp: str | None = None
     event_time: str | None = None
     series: EventSeries | None = None
+
+
+# --- Dynamic Resource Allocation (resource.k8s.io/v1): what says "GPU" -----------------
+
+class CelSelector(_Base):
+    expression: str = ""
+
+
+class DeviceSelector(_Base):
+    cel: CelSelector | None = None
+
+
+class DeviceClassSpec(_Base):
+    selectors: list[DeviceSelector] | None = None
+    extended_resource_name: str | None = None
+
+
+class DeviceClass(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: DeviceClassSpec = msgspec.field(default_factory=DeviceClassSpec)
+
+
+class SliceDevice(_Base):
+    name: str = ""
+    node_name: str | None = None
+    """Set only with the slice's ``perDeviceNodeSelection``."""
+
+
+class ResourceSliceSpec(_Base):
+    driver: str = ""
+    node_name: str | None = None
+    per_device_node_selection: bool | None = None
+    devices: list[SliceDevice] | None = None
+
+
+class ResourceSlice(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ResourceSliceSpec = msgspec.field(default_factory=ResourceSliceSpec)
+
+
+class DeviceSubRequest(_Base):
+    device_class_name: str = ""
+
+
+class DeviceRequest(_Base):
+    name: str = ""
+    exactly: DeviceSubRequest | None = None
+    """``ExactDeviceRequest``: of its fields only ``deviceClassName`` is read."""
+    first_available: list[DeviceSubRequest] | None = None
+
+
+class DeviceClaim(_Base):
+    requests: list[DeviceRequest] | None = None
+
+
+class ResourceClaimSpec(_Base):
+    devices: DeviceClaim | None = None
+
+
+class ResourceClaim(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ResourceClaimSpec = msgspec.field(default_factory=ResourceClaimSpec)
+
+
+class ResourceClaimTemplateSpec(_Base):
+    spec: ResourceClaimSpec = msgspec.field(default_factory=ResourceClaimSpec)
+
+
+class ResourceClaimTemplate(_Base):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ResourceClaimTemplateSpec = msgspec.field(default_factory=ResourceClaimTemplateSpec)
 
 
 class NodeClaimMeta(_Base):

@@ -1,12 +1,12 @@
 """The parts of a RayCluster manifest ``raygate check`` reads: group sizes, the pod
-templates' resources, tolerations, node selectors and scheduler, autoscaler options,
-labels. (The cache's slimmer ``kube.RayCluster`` skips templates.)"""
+templates' resources, resource claims, tolerations, node selectors and scheduler,
+autoscaler options, labels. (The cache's slimmer ``kube.RayCluster`` skips templates.)"""
 
 from __future__ import annotations
 
 import msgspec
 
-from raygate.server.wire.kube import Container, Resources
+from raygate.server.wire.kube import Container, PodResourceClaim, Resources
 
 __all__ = ["PodSpec", "RayClusterManifest"]
 
@@ -26,6 +26,7 @@ class PodSpec(_Base):
     tolerations: list[Toleration] | None = None
     scheduler_name: str | None = None
     node_selector: dict[str, str] | None = None
+    resource_claims: list[PodResourceClaim] | None = None
 
 
 class Template(_Base):
