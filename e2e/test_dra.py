@@ -23,7 +23,6 @@ the pods once the scheduler has allocated their claims.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +31,7 @@ import pytest
 import yaml
 
 from e2e import report
-from e2e.lagging import node_class
+from e2e.lagging import metric, node_class
 from e2e.objects import (
     TOLERATE_GPU,
     Group,
@@ -42,6 +41,7 @@ from e2e.objects import (
     tolerating_gpu_groups,
 )
 from e2e.scenario import Scenario, wait_until
+from e2e.test_placement import kinds
 from e2e.test_preemption import priority_class
 from testbed.cluster import Testbed
 
@@ -110,10 +110,6 @@ def bring_up(scenario: Scenario, testbed: Testbed, token: str, expect_class: str
     scenario.step("4 overflow workers running")
 
 
-def kinds(scenario: Scenario, group: str) -> list[str]:
-    return sorted(scenario.node_kind(pod) for pod in scenario.running(group))
-
-
 def test_dra_floor_and_head_stay_on_cpu_nodes_and_the_claimed_gpu_worker_gets_the_gpu_node(
         scenario: Scenario, testbed: Testbed, reader_token: str) -> None:
     bring_up(scenario, testbed, reader_token, "gpu")
@@ -135,8 +131,8 @@ def test_dra_floor_and_head_stay_on_cpu_nodes_and_the_claimed_gpu_worker_gets_th
 
 @pytest.fixture
 def no_dra_recognition(testbed: Testbed) -> Iterator[None]:
-    """raygate's policy without what makes DRA GPUs GPUs, for one scenario; restored (and
-    seen applied) after it."""
+    """raygate's policy without what makes DRA GPUs GPUs, for one scenario, and seen in
+    force (the reloader polls the file's stamp each second); restored after it."""
     path = testbed.workdir / "raygate.yaml"
     original = path.read_text()
     config = yaml.safe_load(original)
@@ -144,12 +140,18 @@ def no_dra_recognition(testbed: Testbed) -> Iterator[None]:
     policy["gpuDrivers"] = []
     policy["gpuResources"] = [r for r in policy.get("gpuResources", ["nvidia.com/gpu"])
                               if r != "nvidia.com/gpu"] or ["amd.com/gpu"]
-    path.write_text(yaml.safe_dump(config))
+
+    def reloaded(text: str) -> None:
+        before = metric(testbed.raygate_url, "raygate_config_reloads_total", result="ok")
+        path.write_text(text)
+        wait_until("raygate's policy reloaded", lambda: metric(
+            testbed.raygate_url, "raygate_config_reloads_total", result="ok") > before)
+
+    reloaded(yaml.safe_dump(config))
     try:
         yield
     finally:
-        path.write_text(original)
-        time.sleep(3)  # the reloader compares the file's stamp every second
+        reloaded(original)
 
 
 def test_dra_baseline_without_raygates_dra_recognition_the_floor_lands_on_the_gpu_node(
