@@ -109,6 +109,11 @@ class PodBuilder:
         self._obj["spec"].setdefault("resourceClaims", []).append(entry)
         return self
 
+    def gang(self, pod_group: str) -> Self:
+        """A member of Kubernetes' own PodGroup ``pod_group`` (``spec.schedulingGroup``)."""
+        self._obj["spec"]["schedulingGroup"] = {"podGroupName": pod_group}
+        return self
+
     def affinity(self, affinity: Obj) -> Self:
         self._obj["spec"]["affinity"] = affinity
         return self
@@ -279,6 +284,27 @@ def make_nodeclaim(name: str, node: str = "", *, deleting: bool = False) -> Obj:
     if deleting:
         claim["metadata"]["deletionTimestamp"] = T0
     return claim
+
+
+def make_gang_group(name: str, min_count: int, *, workload: str = "", namespace: str = "ray",
+                    scheduled: tuple[str, str, str, str] | None = None) -> Obj:
+    """Kubernetes' own PodGroup (``scheduling.k8s.io/v1beta1``) with a gang policy, as
+    KubeRay's ``kubernetes-was`` writes it (``<cluster>-cluster``, its Workload
+    ``<cluster>``); ``scheduled``: its ``PodGroupInitiallyScheduled`` condition (status,
+    reason, message, lastTransitionTime)."""
+    group: Obj = {
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace,
+                     "uid": uid_for("PodGroup.scheduling.k8s.io", namespace, name)},
+        "spec": {"workloadRef": {"workloadName": workload or name, "templateName": "cluster"},
+                 "schedulingPolicy": {"gang": {"minCount": min_count}}},
+        "status": {}}
+    if scheduled is not None:
+        status, reason, message, at = scheduled
+        group["status"]["conditions"] = [{
+            "type": "PodGroupInitiallyScheduled", "status": status, "reason": reason,
+            "message": message, "lastTransitionTime": at}]
+    return group
 
 
 # --- Dynamic Resource Allocation (resource.k8s.io/v1) ----------------------------------

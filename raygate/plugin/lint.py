@@ -3,23 +3,31 @@
 
 Each rule is a small pure function from a RayCluster (and, when live, what raygate sees of
 the cluster) to findings with a stable ID, a severity, the field path and a one-line fix.
-The background: how KubeRay sizes Volcano's PodGroup (``minMember``, ``minResources``).
+The background: how KubeRay sizes a gang (Volcano's PodGroup ``minMember`` and
+``minResources``, Kubernetes' own PodGroup ``minCount``). The rules about GPU nodes are
+``raygate.plugin.lint_gpu``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import claim_gpu_reason
+from raygate.plugin.lint_gpu import (
+    is_gpu_template,
+    rg008_floor_tolerates_gpu,
+    rg009_gpu_floor_above_gpu_nodes,
+    rg013_floor_selects_gpu_nodes,
+    rg014_no_gpu_node_labels,
+    tolerates_gpu,
+)
 from raygate.plugin.lint_model import (
     ClusterFacts,
     Finding,
-    GroupSpec,
-    HeadSpec,
     LintCluster,
     Severity,
-    Toleration,
+    group_label,
+    group_path,
 )
 from raygate.plugin.quantity import parse_milli
 
@@ -34,43 +42,13 @@ IGNORE_ANNOTATION = "raygate.io/check-ignore"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue manages an autoscaled RayCluster only as an elastic job (docs/deploy.md).
 KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
-# Node labels only nodes with an accelerator carry (GKE sets them from the node pool's
-# accelerator; NVIDIA's GPU feature discovery from the device), beside the configured
-# ``gpu_node_labels``: a selector on one of these matches GPU (or TPU) nodes only.
-GPU_ONLY_NODE_LABELS = ("cloud.google.com/gke-accelerator",
-                        "cloud.google.com/gke-tpu-accelerator", "nvidia.com/gpu.product")
+# KubeRay 1.7's gang on Kubernetes' own PodGroups (its batch scheduler kubernetes-was,
+# operator feature gate KubernetesWAS): a RayCluster opts in with this label.
+KUBERNETES_GANG_LABEL = "ray.io/gang-scheduling-enabled"
 # KubeRay's CRD default for an unset maxReplicas (math.MaxInt32).
 CRD_MAX_REPLICAS = 2147483647
-_OFFLINE = ClusterFacts(0, False, False)  # offline: nothing known, so every claim counts
 
 LintRule = Callable[[LintCluster, ClusterFacts | None, PolicyConfig], list[Finding]]
-
-
-def _group_path(cluster: LintCluster, group: GroupSpec, leaf: str = "") -> str:
-    path = f"{cluster.spec_path}.workerGroupSpecs[{group.index}]"
-    return f"{path}.{leaf}" if leaf else path
-
-
-def _label(group: GroupSpec) -> str:
-    return f"worker group {group.name!r}" if group.name else f"worker group #{group.index}"
-
-
-def _is_gpu(spec: HeadSpec | GroupSpec, cluster: LintCluster, facts: ClusterFacts | None,
-            config: PolicyConfig) -> bool:
-    """The template's pods are GPU pods (``classify.gpu_pod_reason``'s rule): a GPU resource
-    or a GPU DeviceClass's, or a claim for a GPU or not known (so, offline, any claim)."""
-    known = facts or _OFFLINE
-    devices = known.gpu_devices
-    claims = ((ref, known.claim_of(cluster.namespace, ref)) for ref in spec.claims)
-    return (any(spec.resources.get(r, 0) > 0 for r in (*config.gpu_resources, *devices.resources))
-            or claim_gpu_reason(claims, devices) is not None)
-
-
-def _floor(cluster: LintCluster, group: GroupSpec) -> int:
-    hosts = group.num_of_hosts or 1
-    if cluster.autoscaling:
-        return (group.min_replicas or 0) * hosts
-    return (group.replicas or 0) * hosts
 
 
 def _max_text(value: int | None) -> str:
@@ -85,18 +63,23 @@ def rg001_floor_from_replicas(
     every worker is floor and the gang waits for all of them; ``minReplicas`` reads like a
     smaller floor but is only the lower bound of a count nobody changes. Only a warning:
     that may be just what was meant. Not said when ``minReplicas == replicas`` (the floor
-    is the same either way) nor without a gang scheduler (nothing sizes a gang)."""
-    if cluster.autoscaling or not _meant_for_volcano(cluster, facts):
+    is the same either way) nor without a gang scheduler (nothing sizes a gang). KubeRay
+    1.7's Kubernetes gang (``KUBERNETES_GANG_LABEL``) sizes ``minCount`` the same way, but
+    gangs no autoscaled cluster (RG015): there the fix is ``minReplicas`` alone."""
+    kubernetes = _kubernetes_gang(cluster)
+    if cluster.autoscaling or not (kubernetes or _meant_for_volcano(cluster, facts)):
         return []
+    gang = "Kubernetes gang (its PodGroup's minCount)" if kubernetes else "Volcano gang"
+    autoscale = (f"set {cluster.spec_path}.enableInTreeAutoscaling: true for a floor of "
+                 "minReplicas, or " if not kubernetes else "")
     return [
         Finding(
             "RG001", Severity.WARNING, cluster.ref,
             f"{cluster.spec_path}.enableInTreeAutoscaling",
-            f"{_label(g)} has minReplicas {g.min_replicas} below replicas {g.replicas} with "
-            "in-tree autoscaling off: KubeRay sizes the Volcano gang from replicas, so all "
+            f"{group_label(g)} has minReplicas {g.min_replicas} below replicas {g.replicas} with "
+            f"in-tree autoscaling off: KubeRay sizes the {gang} from replicas, so all "
             f"{g.replicas} are floor and none is surplus (maxReplicas {_max_text(g.max_replicas)})",
-            f"set {cluster.spec_path}.enableInTreeAutoscaling: true for a floor of "
-            f"minReplicas, or minReplicas: {g.replicas}")
+            f"{autoscale}minReplicas: {g.replicas}")
         for g in cluster.groups
         if g.min_replicas is not None and g.replicas is not None
         and 0 <= g.min_replicas < g.replicas
@@ -114,8 +97,8 @@ def rg002_multi_host_overflow(
                                               or g.max_replicas > (g.min_replicas or 0))
         if autoscaled and (g.num_of_hosts or 1) > 1:
             out.append(Finding(
-                "RG002", Severity.WARNING, cluster.ref, _group_path(cluster, g, "numOfHosts"),
-                f"{_label(g)} is autoscaled with numOfHosts {g.num_of_hosts}: preempting one "
+                "RG002", Severity.WARNING, cluster.ref, group_path(cluster, g, "numOfHosts"),
+                f"{group_label(g)} is autoscaled with numOfHosts {g.num_of_hosts}: preempting one "
                 "host deletes the whole multi-host replica",
                 "keep overflow groups single-host, or protect them with a higher priority"))
     return out
@@ -145,8 +128,8 @@ def rg004_min_above_max(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
     return [
-        Finding("RG004", Severity.ERROR, cluster.ref, _group_path(cluster, g, "minReplicas"),
-                f"{_label(g)} has minReplicas {g.min_replicas} > maxReplicas {g.max_replicas}",
+        Finding("RG004", Severity.ERROR, cluster.ref, group_path(cluster, g, "minReplicas"),
+                f"{group_label(g)} has minReplicas {g.min_replicas} > maxReplicas {g.max_replicas}",
                 "make minReplicas <= maxReplicas")
         for g in cluster.groups
         if g.max_replicas is not None and (g.min_replicas or 0) > g.max_replicas
@@ -163,8 +146,8 @@ def rg005_replicas_out_of_range(
             continue  # RG011 or RG004 already says it
         if g.replicas < low or (high is not None and g.replicas > high):
             out.append(Finding(
-                "RG005", Severity.WARNING, cluster.ref, _group_path(cluster, g, "replicas"),
-                f"{_label(g)} has replicas {g.replicas} outside [{low}, "
+                "RG005", Severity.WARNING, cluster.ref, group_path(cluster, g, "replicas"),
+                f"{group_label(g)} has replicas {g.replicas} outside [{low}, "
                 f"{CRD_MAX_REPLICAS if high is None else high}]; KubeRay "
                 "clamps it, so the manifest does not say what runs",
                 "set replicas within [minReplicas, maxReplicas]"))
@@ -175,7 +158,7 @@ def rg006_missing_group_name(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
     return [
-        Finding("RG006", Severity.ERROR, cluster.ref, _group_path(cluster, g, "groupName"),
+        Finding("RG006", Severity.ERROR, cluster.ref, group_path(cluster, g, "groupName"),
                 f"worker group #{g.index} has no groupName (it becomes the ray.io/group label)",
                 "give every worker group a unique groupName")
         for g in cluster.groups if not g.name
@@ -195,67 +178,11 @@ def rg007_duplicate_group_name(
             why = ("is reserved for the head" if g.name == "headgroup"
                    else f"is also used by workerGroupSpecs[{first}]")
             out.append(Finding(
-                "RG007", Severity.ERROR, cluster.ref, _group_path(cluster, g, "groupName"),
+                "RG007", Severity.ERROR, cluster.ref, group_path(cluster, g, "groupName"),
                 f"groupName {g.name!r} {why}: pods of both groups share one ray.io/group "
                 "label and one floor", "rename the group"))
         seen.setdefault(g.name, g.index)
     return out
-
-
-def _tolerates_gpu(tolerations: Sequence[Toleration], config: PolicyConfig) -> bool:
-    for t in tolerations:
-        if t.operator == "Exists" and not t.key:
-            return True  # tolerates every taint
-        if t.key in config.gpu_resources and t.effect in ("", "NoSchedule", "NoExecute"):
-            return True
-    return False
-
-
-def _cpu_floor(cluster: LintCluster, facts: ClusterFacts | None,
-               config: PolicyConfig) -> list[tuple[str, str, HeadSpec | GroupSpec]]:
-    """(what, path of its pod spec, its template view) of the head, when CPU-only, and of
-    each CPU-only worker group that holds floor pods: the pods raygate keeps off GPU nodes."""
-    out: list[tuple[str, str, HeadSpec | GroupSpec]] = []
-    if not _is_gpu(cluster.head, cluster, facts, config):
-        out.append(("CPU-only head", f"{cluster.spec_path}.headGroupSpec.template.spec",
-                    cluster.head))
-    out.extend((f"CPU-only {_label(g)} with {_floor(cluster, g)} floor pods",
-                _group_path(cluster, g, "template.spec"), g)
-               for g in cluster.groups
-               if not _is_gpu(g, cluster, facts, config) and _floor(cluster, g) > 0)
-    return out
-
-
-def rg008_floor_tolerates_gpu(
-    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
-) -> list[Finding]:
-    """The head or a CPU-only floor group tolerating GPU taints: raygate refuses it GPU
-    nodes, a scheduler without raygate does not. A warning: nothing breaks while raygate
-    filters, but the toleration says the opposite of what raygate will do."""
-    return [
-        Finding("RG008", Severity.WARNING, cluster.ref, f"{path}.tolerations",
-                f"{what} tolerates GPU taints: raygate refuses GPU nodes to it, and wherever "
-                "raygate's rule does not reach (no native placement, a GPU node without a "
-                "GPU label) a scheduler or node autoscaler can put it on one; raygate can "
-                "add a toleration, never remove one", "drop the GPU toleration")
-        for what, path, spec in _cpu_floor(cluster, facts, config)
-        if _tolerates_gpu(spec.tolerations, config)
-    ]
-
-
-def rg009_gpu_floor_above_gpu_nodes(
-    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
-) -> list[Finding]:
-    if facts is None:
-        return []
-    return [
-        Finding("RG009", Severity.WARNING, cluster.ref, _group_path(cluster, g, "minReplicas"),
-                f"GPU {_label(g)} needs {_floor(cluster, g)} floor pods but raygate sees "
-                f"{facts.gpu_nodes} GPU nodes: the gang can never be admitted whole",
-                "lower minReplicas, or add GPU nodes")
-        for g in cluster.groups
-        if _is_gpu(g, cluster, facts, config) and _floor(cluster, g) > facts.gpu_nodes
-    ]
 
 
 def _uses_volcano_scheduler(cluster: LintCluster) -> bool:
@@ -302,8 +229,8 @@ def rg011_negative_count(
                             ("maxReplicas", g.max_replicas), ("numOfHosts", g.num_of_hosts)):
             if value is not None and value < 0:
                 out.append(Finding(
-                    "RG011", Severity.ERROR, cluster.ref, _group_path(cluster, g, leaf),
-                    f"{_label(g)} has {leaf} {value}: the API server accepts it (the CRD "
+                    "RG011", Severity.ERROR, cluster.ref, group_path(cluster, g, leaf),
+                    f"{group_label(g)} has {leaf} {value}: the API server accepts it (the CRD "
                     "sets no minimum) but KubeRay does not run it as written",
                     f"set {leaf} to 0 or more"))
     return out
@@ -327,45 +254,51 @@ def rg012_kueue_autoscaling_not_elastic(
         "ElasticJobsViaWorkloadSlices feature gate), or turn autoscaling off")]
 
 
-def _gpu_only_selector(selector: Mapping[str, str], config: PolicyConfig) -> str | None:
-    for key, value in selector.items():
-        if key in GPU_ONLY_NODE_LABELS or config.gpu_node_labels.get(key) == value:
-            return f"{key}: {value}"
-    return None
+def _kubernetes_gang(cluster: LintCluster) -> bool:
+    return cluster.labels.get(KUBERNETES_GANG_LABEL) == "true"
 
 
-def rg013_floor_selects_gpu_nodes(
+def rg015_kubernetes_gang_autoscaled(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
-    """The head or a CPU-only floor group whose nodeSelector only GPU nodes match: raygate
-    refuses it every GPU node, so it can never be placed. An error: the pods stay
-    Pending."""
-    out = []
-    for what, path, spec in _cpu_floor(cluster, facts, config):
-        label = _gpu_only_selector(spec.node_selector, config)
-        if label is not None:
-            out.append(Finding(
-                "RG013", Severity.ERROR, cluster.ref, f"{path}.nodeSelector",
-                f"{what} selects GPU nodes only ({label}): raygate refuses GPU nodes to it, "
-                "so it can never be placed", "select CPU nodes for it, or give it a GPU"))
-    return out
-
-
-def rg014_no_gpu_node_labels(
-    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
-) -> list[Finding]:
-    """No GPU node label is configured, and the cluster has CPU-only floor pods: raygate's
-    native rule names GPU nodes by label only (a node autoscaler decides before the node
-    exists), so it cannot be written; only the extender keeps the floor off GPU nodes."""
-    if config.gpu_node_labels or not _cpu_floor(cluster, facts, config):
+    """Asked for KubeRay 1.7's Kubernetes gang with in-tree autoscaling on: KubeRay skips
+    autoscaled clusters (it makes a fixed-size gang only), so no Workload and no PodGroup
+    are made and nothing gangs the pods. A warning: the cluster runs, without a gang."""
+    if not (_kubernetes_gang(cluster) and cluster.autoscaling):
         return []
     return [Finding(
-        "RG014", Severity.WARNING, cluster.ref, "policy.gpuNodeLabels",
-        "no GPU node label is configured: raygate can detect GPU nodes only by their "
-        "allocatable GPUs, which a node autoscaler cannot see before it buys a node, so "
-        "raygate writes no native rule for this cluster's CPU-only floor",
-        "set policy.gpuNodeLabels to the labels your GPU nodes carry "
-        "(nvidia.com/gpu.present, your NodePool's label)")]
+        "RG015", Severity.WARNING, cluster.ref, f"{cluster.spec_path}.enableInTreeAutoscaling",
+        f"labelled {KUBERNETES_GANG_LABEL}: \"true\" with in-tree autoscaling on: KubeRay's "
+        "kubernetes-was gang scheduler skips autoscaled clusters, so no Workload or PodGroup "
+        "is made and nothing gangs its pods",
+        "turn autoscaling off for a fixed-size gang, or gang an autoscaled cluster with "
+        "Volcano or Kueue")]
+
+
+def rg016_cpu_group_first(
+    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
+) -> list[Finding]:
+    """The seed's shape: an autoscaled CPU-only group kept to CPU nodes beside one that
+    tolerates GPU taints (its workers may land on GPU nodes). The Ray autoscaler (v2, Ray
+    >= 2.56) scales the group of higher ``priority`` (KubeRay >= 1.7) first, among groups
+    that fit a demand equally well: so the CPU group should have the higher one. Only
+    information: it breaks ties, and raygate keeps the floor off GPU nodes either way."""
+    if not cluster.autoscaling:
+        return []
+    cpu = [g for g in cluster.groups if not is_gpu_template(g, cluster, facts, config)
+           and (g.max_replicas is None or g.max_replicas > (g.min_replicas or 0))]
+    may_gpu = [g for g in cpu if tolerates_gpu(g.tolerations, config)]
+    if not may_gpu:
+        return []
+    top = max(g.priority or 0 for g in may_gpu)
+    others = ", ".join(group_label(g) for g in may_gpu)
+    return [Finding(
+        "RG016", Severity.INFO, cluster.ref, group_path(cluster, g, "priority"),
+        f"{group_label(g)} keeps to CPU nodes and {others} may use GPU nodes, at priority "
+        f"{g.priority or 0} against {top}: the Ray autoscaler may scale the GPU-tolerating "
+        "group first", f"set priority: {top + 1} (KubeRay >= 1.7, Ray >= 2.56; it breaks "
+        "ties between groups that fit a demand equally well)")
+        for g in cpu if g not in may_gpu and (g.priority or 0) <= top]
 
 
 RULES: Sequence[LintRule] = (
@@ -383,6 +316,8 @@ RULES: Sequence[LintRule] = (
     rg012_kueue_autoscaling_not_elastic,
     rg013_floor_selects_gpu_nodes,
     rg014_no_gpu_node_labels,
+    rg015_kubernetes_gang_autoscaled,
+    rg016_cpu_group_first,
 )
 
 

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from raygate.plugin.devices import ClaimTemplateView, ClaimView, GpuDevices, PodClaim
 
 __all__ = ["NO_GPU_DEVICES", "ClusterFacts", "Finding", "GroupSpec", "HeadSpec", "LintCluster",
-           "Severity", "Toleration", "object_ref"]
+           "Severity", "Toleration", "floor_pods", "group_label", "group_path", "object_ref"]
 
 NO_GPU_DEVICES = GpuDevices(MappingProxyType({}), frozenset(), ())
 """No DeviceClass seen: offline, or a cluster that does not serve ``resource.k8s.io/v1``."""
@@ -57,6 +57,8 @@ class GroupSpec:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     claims: tuple[PodClaim, ...] = ()
     """The template's ``spec.resourceClaims``."""
+    priority: int | None = None
+    """KubeRay 1.7's ``priority``: the Ray autoscaler's preference between groups."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +125,23 @@ class Finding:
     path: str
     message: str
     fix: str
+
+
+# --- what every rule writes of a group --------------------------------------------------
+
+def group_path(cluster: LintCluster, group: GroupSpec, leaf: str = "") -> str:
+    path = f"{cluster.spec_path}.workerGroupSpecs[{group.index}]"
+    return f"{path}.{leaf}" if leaf else path
+
+
+def group_label(group: GroupSpec) -> str:
+    return f"worker group {group.name!r}" if group.name else f"worker group #{group.index}"
+
+
+def floor_pods(cluster: LintCluster, group: GroupSpec) -> int:
+    """The group's floor as KubeRay sizes a gang: ``minReplicas`` (autoscaled) or
+    ``replicas``, times ``numOfHosts``."""
+    hosts = group.num_of_hosts or 1
+    if cluster.autoscaling:
+        return (group.min_replicas or 0) * hosts
+    return (group.replicas or 0) * hosts

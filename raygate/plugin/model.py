@@ -21,6 +21,7 @@ __all__ = [
     "ClusterView",
     "Condition",
     "ContainerResources",
+    "GangGroupView",
     "GroupKey",
     "NodeAffinityShape",
     "NodeClaimView",
@@ -144,6 +145,8 @@ class PodView:
     """Kept only while raygate's placement gate is on the pod: its release patch needs it."""
     resource_claims: tuple[PodClaim, ...] = ()
     """``spec.resourceClaims``: the DRA claims its containers may use."""
+    scheduling_group: str = ""
+    """``spec.schedulingGroup.podGroupName``: the Kubernetes PodGroup whose gang it is in."""
 
     @property
     def ray_cluster(self) -> str:
@@ -234,6 +237,21 @@ class PodGroupView:
     phase: str = ""
     min_member: int = 0
     owner: OwnerRef | None = None
+    conditions: tuple[Condition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GangGroupView:
+    """Kubernetes' own PodGroup (``scheduling.k8s.io/v1beta1``, 1.37's ``GenericWorkload``):
+    kube-scheduler places its pods (those whose ``spec.schedulingGroup.podGroupName`` names
+    it) all or nothing."""
+
+    namespace: str
+    name: str
+    min_count: int | None = None
+    """``schedulingPolicy.gang.minCount``; None for the ``basic`` policy (no gang)."""
+    workload: str = ""
+    """``spec.workloadRef.workloadName``: the Workload it was made from."""
     conditions: tuple[Condition, ...] = ()
 
 
@@ -337,6 +355,10 @@ class ClusterView(Protocol):
         ...
 
     def podgroup(self, namespace: str, name: str) -> PodGroupView | None:
+        ...
+
+    def gang_group(self, namespace: str, name: str) -> GangGroupView | None:
+        """Kubernetes' own PodGroup ``name`` (not Volcano's: ``podgroup``)."""
         ...
 
     def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:

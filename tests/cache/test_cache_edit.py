@@ -18,6 +18,7 @@ from raygate.plugin.devices import (
 )
 from raygate.plugin.model import (
     Condition,
+    GangGroupView,
     GroupKey,
     NodeView,
     OwnerRef,
@@ -32,6 +33,7 @@ from raygate.server.cache.editor import SnapshotEditor, build_snapshot
 from raygate.server.cache.keys import (
     CLAIMTEMPLATE,
     DEVICECLASS,
+    GANGGROUP,
     NODE,
     POD,
     PODGROUP,
@@ -94,6 +96,8 @@ workloads = st.builds(
     st.integers(0, 2), st.none() | st.sampled_from(CLUSTERS))
 podgroups = st.builds(lambda name, n: PodGroupView("ray", f"ray-{name}-pg", "Running", n),
                       st.sampled_from(CLUSTERS), st.integers(0, 5))
+gang_groups = st.builds(lambda name, n: GangGroupView("ray", f"{name}-cluster", n, name),
+                        st.sampled_from(CLUSTERS), st.integers(0, 5))
 device_classes = st.builds(lambda name: DeviceClassView(name, (f"{name}.example.com",)),
                            st.sampled_from(("accel", "nic")))
 resource_slices = st.builds(
@@ -105,12 +109,12 @@ claims = st.builds(lambda i, cls, template: (ClaimTemplateView if template else 
     st.booleans())
 views: st.SearchStrategy[View] = st.one_of(
     pods, pods, pods, st.sampled_from(NODES).map(node), rayclusters, workloads, podgroups,
-    device_classes, resource_slices, resource_slices, claims)
+    gang_groups, device_classes, resource_slices, resource_slices, claims)
 
 
 def kind_of(view: View) -> str:
     return {PodView: POD, NodeView: NODE, RayClusterView: RAYCLUSTER, PodGroupView: PODGROUP,
-            WorkloadView: WORKLOAD, DeviceClassView: DEVICECLASS,
+            WorkloadView: WORKLOAD, GangGroupView: GANGGROUP, DeviceClassView: DEVICECLASS,
             ResourceSliceView: RESOURCESLICE, ClaimView: RESOURCECLAIM,
             ClaimTemplateView: CLAIMTEMPLATE}[type(view)]
 
@@ -130,6 +134,8 @@ def whole(state: dict[tuple[str, object], View]) -> Snapshot:
         rayclusters=tuple(v for v in by_kind.get(RAYCLUSTER, [])
                           if isinstance(v, RayClusterView)),
         podgroups=tuple(v for v in by_kind.get(PODGROUP, []) if isinstance(v, PodGroupView)),
+        gang_groups=tuple(v for v in by_kind.get(GANGGROUP, [])
+                          if isinstance(v, GangGroupView)),
         workloads=tuple(v for v in by_kind.get(WORKLOAD, []) if isinstance(v, WorkloadView)),
         device_classes=tuple(v for v in by_kind.get(DEVICECLASS, [])
                              if isinstance(v, DeviceClassView)),
@@ -167,6 +173,8 @@ def assert_same_answers(edited: Snapshot, built: Snapshot) -> None:
         assert edited.raycluster("ray", cluster) == built.raycluster("ray", cluster)
         assert edited.podgroup("ray", f"ray-{cluster}-pg") == built.podgroup(
             "ray", f"ray-{cluster}-pg")
+        assert edited.gang_group("ray", f"{cluster}-cluster") == built.gang_group(
+            "ray", f"{cluster}-cluster")
         assert uids(edited.cluster_pods("ray", cluster)) == uids(
             built.cluster_pods("ray", cluster))
         assert sorted(w.name for w in edited.workloads_of("ray", cluster)) == sorted(

@@ -9,7 +9,17 @@ import yaml
 from raygate.plugin.config import PolicyConfig
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_files, load_text
-from testkit.builders import make_node, make_pod, make_raycluster, object_list
+from testkit.builders import (
+    make_claim_template,
+    make_device_class,
+    make_gang_group,
+    make_node,
+    make_pod,
+    make_raycluster,
+    make_resource_claim,
+    make_resource_slice,
+    object_list,
+)
 
 
 def test_kubectl_json_list(tmp_path: Path) -> None:
@@ -23,6 +33,22 @@ def test_kubectl_json_list(tmp_path: Path) -> None:
     assert [p.name for p in objects.pods] == ["p1"]
     assert [r.name for r in objects.rayclusters] == ["rc"]
     assert objects.ignored == {"v1/Service": 1}
+
+
+def test_both_podgroups_and_the_dra_kinds_are_read_by_their_api_group() -> None:
+    """Volcano's PodGroup and Kubernetes' own share the kind; their group tells them apart."""
+    volcano = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+               "metadata": {"name": "ray-rc-pg", "namespace": "ray"}, "spec": {"minMember": 3}}
+    objects = load_text(json.dumps(object_list(
+        volcano, make_gang_group("rc-cluster", 4), make_device_class("gpu", "gpu.nvidia.com"),
+        make_resource_slice("n1", "gpu.nvidia.com", 2), make_resource_claim("c", "gpu"),
+        make_claim_template("t", "gpu"))), "test")
+    assert [(g.name, g.min_member) for g in objects.podgroups] == [("ray-rc-pg", 3)]
+    assert [(g.name, g.min_count) for g in objects.gang_groups] == [("rc-cluster", 4)]
+    assert [c.drivers for c in objects.device_classes] == [("gpu.nvidia.com",)]
+    assert [(s.nodes, s.devices) for s in objects.resource_slices] == [(("n1",), 2)]
+    assert [c.device_classes for c in (*objects.resource_claims, *objects.claim_templates)] == [
+        ("gpu",), ("gpu",)]
 
 
 def test_multi_document_yaml_with_unquoted_values(tmp_path: Path) -> None:

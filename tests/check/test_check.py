@@ -90,6 +90,17 @@ def cron(cluster: Obj) -> Obj:
 
 
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+KUBERNETES_GANG = {"ray.io/gang-scheduling-enabled": "true"}
+
+
+def two_cpu_groups() -> Obj:
+    """The seed's shape, autoscaled: ``cpu`` kept to CPU nodes, ``over`` tolerating GPU
+    taints; both CPU-only, no priority."""
+    return with_(make_raycluster("rc").autoscaling().group("cpu", replicas=0, min=0, max=8)
+                 .group("over", replicas=0, min=0, max=8).obj(),
+                 f"{GROUPS}.1.template.spec.tolerations", TOLERATE_GPU)
+
+
 CASES: list[tuple[str, Obj, Found]] = [
     ("a clean cluster", good(), []),
     ("RG001 Volcano, autoscaling off, replicas above minReplicas", unscaled_volcano(),
@@ -206,6 +217,18 @@ CASES: list[tuple[str, Obj, Found]] = [
     ("RG013 not for another value of the configured label",
      with_(good(), f"{GROUPS}.0.template.spec.nodeSelector", {"nvidia.com/gpu.present": "false"}),
      []),
+    # KubeRay 1.7's gang on Kubernetes' own PodGroups (kubernetes-was).
+    ("RG001 a Kubernetes gang sizes minCount from replicas too",
+     with_(make_raycluster("rc").group("g", replicas=3, min=1, max=8).obj(),
+           "metadata.labels", KUBERNETES_GANG),
+     [("RG001", Severity.WARNING, "spec.enableInTreeAutoscaling")]),
+    ("RG015 a Kubernetes gang is never made for an autoscaled cluster",
+     with_(good(), "metadata.labels", KUBERNETES_GANG),
+     [("RG015", Severity.WARNING, "spec.enableInTreeAutoscaling")]),
+    ("RG016 the CPU group should scale first (KubeRay 1.7's priority)", two_cpu_groups(),
+     [("RG016", Severity.INFO, f"{GROUPS}[0].priority")]),
+    ("RG016 not once the CPU group's priority is the higher",
+     with_(two_cpu_groups(), f"{GROUPS}.0.priority", 5), []),
     ("a RayJob on an existing cluster embeds none: nothing to lint",
      with_(with_(embedded("RayJob", good()), "spec.rayClusterSpec", None),
            "spec.clusterSelector", {"ray.io/cluster": "shared"}), []),

@@ -22,7 +22,7 @@ from raygate.server.cache.devices import (
 )
 from raygate.server.check import check_files, live_inputs
 from raygate.server.kube.client import load_connection
-from raygate.server.wire import kube
+from raygate.server.wire import dra
 from testkit.builders import (
     Obj,
     make_claim_template,
@@ -51,10 +51,10 @@ def facts(*objects: Obj, gpu_nodes: int = 8) -> ClusterFacts:
     def of(kind: str, wire: type[Wire]) -> list[Wire]:
         return [msgspec.convert(o, wire) for o in objects if o["kind"] == kind]
 
-    classes = [device_class_view(c) for c in of("DeviceClass", kube.DeviceClass)]
-    claims = [resource_claim_view(c) for c in of("ResourceClaim", kube.ResourceClaim)]
+    classes = [device_class_view(c) for c in of("DeviceClass", dra.DeviceClass)]
+    claims = [resource_claim_view(c) for c in of("ResourceClaim", dra.ResourceClaim)]
     templates = [claim_template_view(t)
-                 for t in of("ResourceClaimTemplate", kube.ResourceClaimTemplate)]
+                 for t in of("ResourceClaimTemplate", dra.ResourceClaimTemplate)]
     return ClusterFacts(gpu_nodes, False, False, gpu_devices(classes, config),
                         {(c.namespace, c.name): c for c in claims},
                         {(t.namespace, t.name): t for t in templates})

@@ -123,6 +123,7 @@ READ = ("get", "list", "watch")
 FOLLOWED = {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
             ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
 WATCHED_ONLY = {("", "events"), ("karpenter.sh", "nodeclaims"),
+                ("scheduling.k8s.io", "podgroups"),
                 *(("resource.k8s.io", r) for r in (
                     "deviceclasses", "resourceslices", "resourceclaims",
                     "resourceclaimtemplates"))}

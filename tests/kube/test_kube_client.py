@@ -147,8 +147,9 @@ def test_serve_follows_the_cluster_of_a_kubeconfig_and_stops_on_sigterm(
         body = reply.json()
         assert body["objects"]["pods"] == 1 and body["kinds"]["Pod"]["synced"]
         assert sorted(body["absent"]) == ["DeviceClass", "NodeClaim", "PodGroup",
-                                          "ResourceClaim", "ResourceClaimTemplate",
-                                          "ResourceSlice", "Workload"]
+                                          "PodGroup.scheduling.k8s.io", "ResourceClaim",
+                                          "ResourceClaimTemplate", "ResourceSlice",
+                                          "Workload"]
         assert body["source"].startswith(f"cluster {double.url}")
     finally:
         process.send_signal(signal.SIGTERM)

@@ -46,6 +46,7 @@ WAIT = 20.0  # seconds: generous, only spent when something is broken
 NO_DRA = ["DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"]
 """The DRA kinds, absent from a double that does not serve resource.k8s.io (in the order
 raygate follows its kinds: what makes a GPU node first, the claims last)."""
+GANGS = "PodGroup.scheduling.k8s.io"  # Kubernetes' own gangs: not served by default
 
 FAST = WatchSettings(page_size=2, rediscover_seconds=0.05, request_timeout=10.0,
                      backoff=BackoffPolicy(initial=0.01, maximum=0.05), freeze_gc=False)
@@ -189,9 +190,9 @@ def test_initial_sync_in_pages_then_readyz_reports_each_kind(live: Live) -> None
         body = reply.json()
         assert body["objects"] == {
             "deviceclasses": 0, "resourceslices": 0, "nodes": 3, "pods": 4, "rayclusters": 1,
-            "podgroups": 0, "workloads": 0, "events": 0, "nodeclaims": 0,
+            "podgroups": 0, "gang_groups": 0, "workloads": 0, "events": 0, "nodeclaims": 0,
             "resourceclaims": 0, "resourceclaimtemplates": 0}
-        assert body["absent"] == [*NO_DRA[:2], "Workload", "NodeClaim", *NO_DRA[2:]]
+        assert body["absent"] == [*NO_DRA[:2], GANGS, "Workload", "NodeClaim", *NO_DRA[2:]]
         kinds = body["kinds"]
         assert kinds["Pod"]["synced"] and kinds["Pod"]["objects"] == 4
         assert kinds["Pod"]["resource"] == "pods.v1"
@@ -310,7 +311,8 @@ def test_a_crd_absent_at_start_is_followed_once_installed_and_dropped_when_delet
     populate(live.double)
     live.start()
     assert live.cache.sync is not None
-    assert live.cache.sync.absent() == [*NO_DRA[:2], "Workload", "NodeClaim", *NO_DRA[2:]]
+    assert live.cache.sync.absent() == [*NO_DRA[:2], GANGS, "Workload", "NodeClaim",
+                                        *NO_DRA[2:]]
     live.double.install(WORKLOADS_V1BETA1)  # an older Kueue: v1beta1 only
     live.double.create({
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
@@ -322,12 +324,12 @@ def test_a_crd_absent_at_start_is_followed_once_installed_and_dropped_when_delet
     live.wait_snapshot(lambda s: len(s.workloads_of("ray", "rc")) == 1, "the new CRD's object")
     assert live.cache.snapshot.workloads_of("ray", "rc")[0].api_version == (
         "kueue.x-k8s.io/v1beta1")
-    assert live.cache.sync.absent() == [*NO_DRA[:2], "NodeClaim", *NO_DRA[2:]]
+    assert live.cache.sync.absent() == [*NO_DRA[:2], GANGS, "NodeClaim", *NO_DRA[2:]]
     assert live.kind("Workload").resource == "workloads.v1beta1.kueue.x-k8s.io"
     live.double.uninstall(WORKLOADS_V1BETA1)
     live.wait_snapshot(lambda s: s.counts()["workloads"] == 0, "the CRD's objects to go")
     live.wait(lambda: live.cache.sync is not None
-              and live.cache.sync.absent() == [*NO_DRA[:2], "Workload", "NodeClaim",
+              and live.cache.sync.absent() == [*NO_DRA[:2], GANGS, "Workload", "NodeClaim",
                                                *NO_DRA[2:]], "Workload absent again")
     assert live.cache.ready
 

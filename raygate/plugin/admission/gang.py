@@ -1,5 +1,5 @@
-"""The gang of a RayCluster: the Volcano PodGroup or Kueue Workload that admits it, its
-phase, whether it is admitted."""
+"""The gang of a RayCluster: the Volcano PodGroup, Kubernetes' own PodGroup or Kueue
+Workload that admits it, its phase, whether it is admitted."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from raygate.plugin.model import (
     ANNOTATION_GROUP_NAME,
     ClusterView,
     Condition,
+    GangGroupView,
     PodGroupView,
     PodView,
     RayClusterView,
@@ -21,7 +22,7 @@ from raygate.plugin.model import (
 
 @dataclass(frozen=True, slots=True)
 class GangSource:
-    kind: str  # "PodGroup" | "Workload"
+    kind: str  # "PodGroup" (Volcano's) | GANG_GROUP (Kubernetes') | "Workload" (Kueue's)
     namespace: str
     name: str
 
@@ -101,6 +102,37 @@ def _podgroup_gang(pg: PodGroupView, running: int) -> GangFacts:
                  capacity)
 
 
+GANG_GROUP = "PodGroup.scheduling.k8s.io"
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+"""kube-scheduler sets it True once the gang was placed whole; it never turns back, even
+when members are evicted later (False: ``Unschedulable`` or ``SchedulerError``)."""
+
+
+def _gang_groups_gang(groups: list[GangGroupView], running: int) -> GangFacts:
+    """Kubernetes' own gangs (KubeRay's ``kubernetes-was`` makes one per RayCluster): the
+    gang is admitted once every PodGroup is ``PodGroupInitiallyScheduled``; until then
+    kube-scheduler binds none of a group's pods unless ``minCount`` of them fit at once."""
+    first = groups[0]
+    source = GangSource(GANG_GROUP, first.namespace, first.name)
+    waiting = []
+    for group in groups:
+        cond = _latest(group.conditions, INITIALLY_SCHEDULED)
+        if cond is None or cond.status != "True":
+            waiting.append((group, cond))
+    minimum = sum(g.min_count or 0 for g in groups)
+    if not waiting:
+        return GangFacts(GangStatus(source, "Scheduled", True, minimum, running,
+                                    f"{source} was scheduled whole (minCount {minimum})"),
+                         None)
+    group, cond = waiting[0]
+    phase = (cond.reason if cond is not None else "") or "Pending"
+    said = f": {_detail(cond)}" if cond is not None else ": kube-scheduler has not tried it yet"
+    reason = (f"{GANG_GROUP} {group.namespace}/{group.name} is not scheduled yet "
+              f"(minCount {group.min_count}; kube-scheduler binds its pods all or "
+              f"nothing){said}")
+    return GangFacts(GangStatus(source, phase, False, minimum, running, reason), None)
+
+
 def _true(wl: WorkloadView, type_: str) -> Condition | None:
     cond = _latest(wl.conditions, type_)
     return cond if cond is not None and cond.status == "True" else None
@@ -177,19 +209,28 @@ def _pick_workload(workloads: Iterable[WorkloadView]) -> WorkloadView | None:
 
 
 def podgroup_names(cluster: RayClusterView, pods: Iterable[PodView]) -> list[str]:
+    """The PodGroups that may gate the cluster, Volcano's and Kubernetes' own."""
     # KubeRay names the Volcano PodGroup ray-<name>-pg and annotates every pod with it;
     # a RayJob's PodGroup carries the RayJob's name, found through the pods' annotation.
+    # Kubernetes' own PodGroup is named in each member's spec.schedulingGroup.
+    pods = tuple(pods)
     names = [f"ray-{cluster.name}-pg"]
-    return names + sorted(
-        {p.annotations.get(ANNOTATION_GROUP_NAME, "") for p in pods} - {"", *names})
+    named = {p.annotations.get(ANNOTATION_GROUP_NAME, "") for p in pods}
+    named |= {p.scheduling_group for p in pods}
+    return names + sorted(named - {"", *names})
 
 
 def gang_of(cluster: RayClusterView, pods: tuple[PodView, ...], view: ClusterView) -> GangFacts:
     running = sum(1 for p in pods if is_running(p))
-    for name in podgroup_names(cluster, pods):
+    names = podgroup_names(cluster, pods)
+    for name in names:
         pg = view.podgroup(cluster.namespace, name)
         if pg is not None:
             return _podgroup_gang(pg, running)
+    groups = [g for name in names
+              if (g := view.gang_group(cluster.namespace, name)) is not None]
+    if groups:
+        return _gang_groups_gang(groups, running)
     workload = _pick_workload(
         wl for wl in view.workloads_of(cluster.namespace, cluster.name)
         # A Workload left by a deleted RayCluster of the same name is not this one's.

@@ -52,6 +52,9 @@ MESSAGE_MARKERS: tuple[tuple[str, SchedulerVerdict], ...] = (
     # Volcano's gang texts: "pod group is not ready, 3 Pending, 3 minAvailable", "2/3 tasks
     # in gang unschedulable: ...", "... once minAvailable is satisfied".
     ("minAvailable", SchedulerVerdict.GANG),
+    # kube-scheduler's own gangs (1.37 GenericWorkload): a member that fit gets its group's
+    # "minCount (4) cannot be satisfied: 0 scheduled, 3 remaining".
+    ("minCount (", SchedulerVerdict.GANG),
     ("pod group is not ready", SchedulerVerdict.GANG),
     ("tasks in gang unschedulable", SchedulerVerdict.GANG),
 )

@@ -25,6 +25,7 @@ from raygate.plugin.model import (
     EMPTY,
     Condition,
     ContainerResources,
+    GangGroupView,
     NodeAffinityShape,
     NodeClaimView,
     NodeView,
@@ -201,6 +202,8 @@ class PodViews:
             scheduling_gates=gates,
             node_affinity=shape,
             resource_claims=pod_claims(spec.resource_claims),
+            scheduling_group=(spec.scheduling_group.pod_group_name or ""
+                              if spec.scheduling_group is not None else ""),
         )
 
     # The field paths of errors are only built when a value is converted, not reused:
@@ -313,6 +316,16 @@ def podgroup_view(pg: kube.PodGroup, path: str = "$") -> PodGroupView:
         owner=_controller(pg.metadata.owner_references),
         conditions=_conditions(pg.status.conditions, f"{path}.status.conditions"),
     )
+
+
+def gang_group_view(pg: kube.GangGroup, path: str = "$") -> GangGroupView:
+    spec = pg.spec
+    gang = spec.scheduling_policy.gang if spec.scheduling_policy is not None else None
+    return GangGroupView(
+        namespace=pg.metadata.namespace, name=pg.metadata.name,
+        min_count=(gang.min_count or 0) if gang is not None else None,
+        workload=spec.workload_ref.workload_name if spec.workload_ref is not None else "",
+        conditions=_conditions(pg.status.conditions, f"{path}.status.conditions"))
 
 
 def workload_view(wl: kube.Workload, path: str = "$") -> WorkloadView:

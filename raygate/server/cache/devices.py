@@ -33,7 +33,7 @@ from raygate.server.cache.keys import (
     RESOURCESLICE,
     ObjectKey,
 )
-from raygate.server.wire import kube
+from raygate.server.wire import dra
 
 __all__ = [
     "DEVICE_KINDS",
@@ -47,13 +47,13 @@ __all__ = [
 DEVICE_KINDS = frozenset({DEVICECLASS, RESOURCESLICE, RESOURCECLAIM, CLAIMTEMPLATE})
 
 
-def device_class_view(cls: kube.DeviceClass, path: str = "$") -> DeviceClassView:
+def device_class_view(cls: dra.DeviceClass, path: str = "$") -> DeviceClassView:
     expressions = [s.cel.expression for s in cls.spec.selectors or () if s.cel is not None]
     return DeviceClassView(cls.metadata.name, selector_drivers(expressions),
                            cls.spec.extended_resource_name or "")
 
 
-def resource_slice_view(slice_: kube.ResourceSlice, path: str = "$") -> ResourceSliceView:
+def resource_slice_view(slice_: dra.ResourceSlice, path: str = "$") -> ResourceSliceView:
     spec = slice_.spec
     devices = spec.devices or ()
     if spec.per_device_node_selection:
@@ -63,7 +63,7 @@ def resource_slice_view(slice_: kube.ResourceSlice, path: str = "$") -> Resource
     return ResourceSliceView(slice_.metadata.name, spec.driver, nodes, len(devices))
 
 
-def _device_classes(spec: kube.ResourceClaimSpec) -> tuple[str, ...]:
+def _device_classes(spec: dra.ResourceClaimSpec) -> tuple[str, ...]:
     names: dict[str, None] = {}
     for request in (spec.devices.requests or ()) if spec.devices is not None else ():
         if request.exactly is not None:
@@ -73,12 +73,12 @@ def _device_classes(spec: kube.ResourceClaimSpec) -> tuple[str, ...]:
     return tuple(names)
 
 
-def resource_claim_view(claim: kube.ResourceClaim, path: str = "$") -> ClaimView:
+def resource_claim_view(claim: dra.ResourceClaim, path: str = "$") -> ClaimView:
     meta = claim.metadata
     return ClaimView(meta.namespace, meta.name, _device_classes(claim.spec))
 
 
-def claim_template_view(template: kube.ResourceClaimTemplate,
+def claim_template_view(template: dra.ResourceClaimTemplate,
                         path: str = "$") -> ClaimTemplateView:
     meta = template.metadata
     return ClaimTemplateView(meta.namespace, meta.name, _device_classes(template.spec.spec))

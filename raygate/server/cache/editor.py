@@ -13,6 +13,7 @@ from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_re
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.devices import ClaimView, DeviceClassView, ResourceSliceView
 from raygate.plugin.model import (
+    GangGroupView,
     GroupKey,
     NodeClaimView,
     NodeView,
@@ -27,6 +28,7 @@ from raygate.server.cache.autoscaling import AUTOSCALER_KINDS, AutoscalerTables
 from raygate.server.cache.devices import DEVICE_KINDS, DeviceTables
 from raygate.server.cache.indexes import Editing
 from raygate.server.cache.keys import (
+    GANGGROUP,
     KINDS,
     NODE,
     NODECLAIM,
@@ -51,7 +53,8 @@ def build_snapshot(objects: ClusterObjects, config: PolicyConfig) -> Snapshot:
     editor = SnapshotEditor(Snapshot.empty(config), whole=True)
     views: Iterable[View]
     for views in (objects.device_classes, objects.resource_slices, objects.nodes,
-                  objects.pods, objects.rayclusters, objects.podgroups, objects.workloads,
+                  objects.pods, objects.rayclusters, objects.podgroups, objects.gang_groups,
+                  objects.workloads,
                   objects.events, objects.node_claims, objects.resource_claims,
                   objects.claim_templates):
         for view in views:
@@ -116,6 +119,8 @@ class SnapshotEditor:
             self._indexes.rayclusters.set((view.namespace, view.name), (resource_version, view))
         elif isinstance(view, PodGroupView):
             self._indexes.podgroups.set((view.namespace, view.name), (resource_version, view))
+        elif isinstance(view, GangGroupView):
+            self._indexes.gang_groups.set((view.namespace, view.name), (resource_version, view))
         elif isinstance(view, PodEventView | NodeClaimView):
             self.autoscaling.upsert(view, resource_version, self._indexes.pods)
         elif isinstance(view, DeviceClassView | ResourceSliceView | ClaimView):
@@ -154,6 +159,8 @@ class SnapshotEditor:
             return True
         if kind == RAYCLUSTER:
             return self._indexes.rayclusters.pop(namespaced) is not None
+        if kind == GANGGROUP:
+            return self._indexes.gang_groups.pop(namespaced) is not None
         return self._indexes.podgroups.pop(namespaced) is not None
 
     def replace(self, kind: str, items: Iterable[tuple[str, View]]) -> tuple[int, int]:
@@ -222,8 +229,10 @@ class SnapshotEditor:
         clusters.update((g.namespace, g.cluster)
                         for g in cast(set[GroupKey], self._indexes.preemptions.touched))
         clusters |= self.autoscaling.clusters(self._indexes.pods, self._gpu is not None)
-        return Changes(frozenset(clusters),
-                       frozenset(cast(set[tuple[str, str]], self._indexes.podgroups.touched)))
+        # Volcano's and Kubernetes' own PodGroups alike: a status reads them by name.
+        podgroups = {*(self._indexes.podgroups.touched or ()),
+                     *(self._indexes.gang_groups.touched or ())}
+        return Changes(frozenset(clusters), frozenset(cast(set[tuple[str, str]], podgroups)))
 
     # --- nodes --------------------------------------------------------------------------
     def _writable_gpu(self) -> dict[str, bool]:

@@ -16,6 +16,7 @@ from raygate.plugin.devices import (
     ResourceSliceView,
 )
 from raygate.plugin.model import (
+    GangGroupView,
     GroupKey,
     NodeClaimView,
     NodeView,
@@ -30,6 +31,7 @@ from raygate.server.cache.keys import (
     CLAIMTEMPLATE,
     DEVICECLASS,
     EVENT,
+    GANGGROUP,
     NODE,
     NODECLAIM,
     POD,
@@ -66,6 +68,9 @@ class Indexes:
     pods: Map[str, Entry[PodView]] = field(default=_EMPTY, metadata=_FLAT)
     rayclusters: Map[ClusterKey, Entry[RayClusterView]] = field(default=_EMPTY, metadata=_TRACKED)
     podgroups: Map[NamespacedKey, Entry[PodGroupView]] = field(default=_EMPTY, metadata=_TRACKED)
+    gang_groups: Map[NamespacedKey, Entry[GangGroupView]] = field(
+        default=_EMPTY, metadata=_TRACKED)
+    """Kubernetes' own PodGroups (``scheduling.k8s.io``)."""
     workloads: Map[NamespacedKey, Entry[WorkloadView]] = field(default=_EMPTY, metadata=_FLAT)
     events: Map[NamespacedKey, Entry[PodEventView]] = field(default=_EMPTY, metadata=_FLAT)
     nodeclaims: Map[str, Entry[NodeClaimView]] = field(default=_EMPTY, metadata=_TRACKED)
@@ -94,7 +99,7 @@ class Indexes:
 PRIMARY: dict[str, str] = {
     DEVICECLASS: "deviceclasses", RESOURCESLICE: "resourceslices",
     NODE: "nodes", POD: "pods", RAYCLUSTER: "rayclusters", PODGROUP: "podgroups",
-    WORKLOAD: "workloads", EVENT: "events", NODECLAIM: "nodeclaims",
+    GANGGROUP: "gang_groups", WORKLOAD: "workloads", EVENT: "events", NODECLAIM: "nodeclaims",
     RESOURCECLAIM: "resourceclaims", CLAIMTEMPLATE: "resourceclaimtemplates",
 }
 """The field of ``Indexes`` (and of ``Editing``) that holds each kind's objects, in the
@@ -111,6 +116,7 @@ class Editing:
     pods: _Flat[str, Entry[PodView]]
     rayclusters: _Flat[ClusterKey, Entry[RayClusterView]]
     podgroups: _Flat[NamespacedKey, Entry[PodGroupView]]
+    gang_groups: _Flat[NamespacedKey, Entry[GangGroupView]]
     workloads: _Flat[NamespacedKey, Entry[WorkloadView]]
     events: _Flat[NamespacedKey, Entry[PodEventView]]
     nodeclaims: _Flat[str, Entry[NodeClaimView]]

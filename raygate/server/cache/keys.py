@@ -8,6 +8,7 @@ from typing import TypeAlias
 
 from raygate.plugin.devices import ClaimView, DeviceClassView, ResourceSliceView
 from raygate.plugin.model import (
+    GangGroupView,
     NodeClaimView,
     NodeView,
     PodEventView,
@@ -21,12 +22,15 @@ NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD = "Node", "Pod", "RayCluster", "PodGro
 EVENT, NODECLAIM = "Event", "NodeClaim"
 DEVICECLASS, RESOURCESLICE = "DeviceClass", "ResourceSlice"
 RESOURCECLAIM, CLAIMTEMPLATE = "ResourceClaim", "ResourceClaimTemplate"
-KINDS = (DEVICECLASS, RESOURCESLICE, NODE, POD, RAYCLUSTER, PODGROUP, WORKLOAD, EVENT,
-         NODECLAIM, RESOURCECLAIM, CLAIMTEMPLATE)
+GANGGROUP = "PodGroup.scheduling.k8s.io"
+"""Kubernetes' own PodGroup (Volcano's is ``PODGROUP``)."""
+KINDS = (DEVICECLASS, RESOURCESLICE, NODE, POD, RAYCLUSTER, PODGROUP, GANGGROUP, WORKLOAD,
+         EVENT, NODECLAIM, RESOURCECLAIM, CLAIMTEMPLATE)
 """The kinds the cache holds, in the order a whole snapshot is built (what makes a GPU
 node, then nodes, so a pod's node class is known when its preemption is recorded)."""
 
-View: TypeAlias = (NodeView | PodView | RayClusterView | PodGroupView | WorkloadView
+View: TypeAlias = (NodeView | PodView | RayClusterView | PodGroupView | GangGroupView
+                   | WorkloadView
                    | PodEventView | NodeClaimView | DeviceClassView | ResourceSliceView
                    | ClaimView)
 ClusterKey: TypeAlias = tuple[str, str]
@@ -44,6 +48,7 @@ class ClusterObjects:
     pods: tuple[PodView, ...] = ()
     rayclusters: tuple[RayClusterView, ...] = ()
     podgroups: tuple[PodGroupView, ...] = ()
+    gang_groups: tuple[GangGroupView, ...] = ()
     workloads: tuple[WorkloadView, ...] = ()
     events: tuple[PodEventView, ...] = ()
     node_claims: tuple[NodeClaimView, ...] = ()

@@ -32,6 +32,7 @@ from immutables import Map
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.devices import ClaimView, GpuDevices, gpu_devices
 from raygate.plugin.model import (
+    GangGroupView,
     GroupKey,
     NodeClaimView,
     NodeView,
@@ -48,6 +49,7 @@ from raygate.server.cache.keys import (
     CLAIMTEMPLATE,
     DEVICECLASS,
     EVENT,
+    GANGGROUP,
     NODE,
     NODECLAIM,
     POD,
@@ -167,6 +169,10 @@ class Snapshot:
         entry = self.indexes.podgroups.get((namespace, name))
         return None if entry is None else entry[1]
 
+    def gang_group(self, namespace: str, name: str) -> GangGroupView | None:
+        entry = self.indexes.gang_groups.get((namespace, name))
+        return None if entry is None else entry[1]
+
     def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
         return _values(self.indexes.workloads_of.get((namespace, cluster)))
 
@@ -204,7 +210,8 @@ class Snapshot:
         """Every object of the snapshot (built on first use: O(objects))."""
         return ClusterObjects(
             nodes=self._views(NODE), pods=self._views(POD), rayclusters=self._raycluster_views,
-            podgroups=self._views(PODGROUP), workloads=self._views(WORKLOAD),
+            podgroups=self._views(PODGROUP), gang_groups=self._views(GANGGROUP),
+            workloads=self._views(WORKLOAD),
             events=self._views(EVENT), node_claims=self._views(NODECLAIM),
             device_classes=self._views(DEVICECLASS), resource_slices=self._views(RESOURCESLICE),
             resource_claims=self._views(RESOURCECLAIM),

@@ -22,7 +22,7 @@ import yaml
 from raygate.server.cache import convert, devices
 from raygate.server.cache.keys import ClusterObjects
 from raygate.server.files import yaml_problem
-from raygate.server.wire import DECODE_ERRORS, kube
+from raygate.server.wire import DECODE_ERRORS, dra, kube
 
 __all__ = ["ManifestLoader", "SnapshotError", "demo_text", "load_files", "load_text",
            "read_documents"]
@@ -42,8 +42,8 @@ class _Kind(NamedTuple):
 
 
 _KINDS: dict[str, _Kind] = {
-    "DeviceClass": _Kind(_DRA, kube.DeviceClass, devices.device_class_view, "device_classes"),
-    "ResourceSlice": _Kind(_DRA, kube.ResourceSlice, devices.resource_slice_view,
+    "DeviceClass": _Kind(_DRA, dra.DeviceClass, devices.device_class_view, "device_classes"),
+    "ResourceSlice": _Kind(_DRA, dra.ResourceSlice, devices.resource_slice_view,
                            "resource_slices"),
     "Node": _Kind(("v1",), kube.Node, convert.node_view, "nodes"),
     "Pod": _Kind(("v1",), kube.Pod, convert.pod_view, "pods"),
@@ -51,14 +51,16 @@ _KINDS: dict[str, _Kind] = {
                         "rayclusters"),
     "PodGroup": _Kind(("scheduling.volcano.sh/v1beta1",), kube.PodGroup,
                       convert.podgroup_view, "podgroups"),
+    "PodGroup.scheduling.k8s.io": _Kind(("scheduling.k8s.io/v1beta1",), kube.GangGroup,
+                                        convert.gang_group_view, "gang_groups"),
     "Workload": _Kind(("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"), kube.Workload,
                       convert.workload_view, "workloads"),
     "Event": _Kind(("v1",), kube.Event, convert.event_view, "events", convert.wanted_event),
     "NodeClaim": _Kind(("karpenter.sh/v1",), kube.NodeClaim, convert.nodeclaim_view,
                        "node_claims"),
-    "ResourceClaim": _Kind(_DRA, kube.ResourceClaim, devices.resource_claim_view,
+    "ResourceClaim": _Kind(_DRA, dra.ResourceClaim, devices.resource_claim_view,
                            "resource_claims"),
-    "ResourceClaimTemplate": _Kind(_DRA, kube.ResourceClaimTemplate,
+    "ResourceClaimTemplate": _Kind(_DRA, dra.ResourceClaimTemplate,
                                    devices.claim_template_view, "claim_templates"),
 }
 
@@ -155,7 +157,9 @@ class _Builder:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
         if not isinstance(kind, str) or not isinstance(api_version, str):
             raise SnapshotError(f"{location}: missing `kind` or `apiVersion`")
-        known = _KINDS.get(kind)
+        # Two kinds are named PodGroup: Volcano's, and Kubernetes' own (by its group).
+        known = _KINDS.get(kind if not api_version.startswith("scheduling.k8s.io/")
+                           else f"{kind}.scheduling.k8s.io")
         if known is None or api_version not in known.api_versions:
             self.ignored[f"{api_version}/{kind}"] += 1
             return

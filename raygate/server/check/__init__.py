@@ -49,7 +49,7 @@ from raygate.server.check.report import Located, Report, render
 from raygate.server.check.schema import DEFAULT_VERSION, VERSIONS
 from raygate.server.kube.client import Connection, KubeTransport
 from raygate.server.kube.transport import TransportError
-from raygate.server.wire import kube
+from raygate.server.wire import dra, kube
 from raygate.server.wire.raycluster import RayClusterManifest
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_VERSION", "VERSIONS", "check_files", "lint_cluster",
@@ -115,17 +115,17 @@ def _dra_inputs(transport: KubeTransport, scope: str, config: PolicyConfig
         return [view(msgspec.json.decode(raw, type=wire))
                 for raw in transport.list_raw(f"/apis/{_DRA}{where}/{plural}")]
 
-    devices = gpu_devices(views("deviceclasses", kube.DeviceClass, device_class_view), config)
+    devices = gpu_devices(views("deviceclasses", dra.DeviceClass, device_class_view), config)
     on: dict[str, list[ResourceSliceView]] = {}
-    for slice_ in views("resourceslices", kube.ResourceSlice, resource_slice_view):
+    for slice_ in views("resourceslices", dra.ResourceSlice, resource_slice_view):
         for node in slice_.nodes:
             on.setdefault(node, []).append(slice_)
-    dra = {node: reason for node, slices in on.items()
+    gpu_nodes = {node: reason for node, slices in on.items()
            if (reason := dra_node_reason(slices, devices)) is not None}
-    claims = views("resourceclaims", kube.ResourceClaim, resource_claim_view, scope)
-    templates = views("resourceclaimtemplates", kube.ResourceClaimTemplate,
+    claims = views("resourceclaims", dra.ResourceClaim, resource_claim_view, scope)
+    templates = views("resourceclaimtemplates", dra.ResourceClaimTemplate,
                       claim_template_view, scope)
-    return (dra, devices, {(c.namespace, c.name): c for c in claims},
+    return (gpu_nodes, devices, {(c.namespace, c.name): c for c in claims},
             {(t.namespace, t.name): t for t in templates})
 
 
@@ -139,11 +139,11 @@ def live_inputs(connection: Connection, namespace: str | None,
         scope = f"/namespaces/{namespace}" if namespace else ""
         clusters = [lint_cluster(msgspec.json.decode(raw, type=RayClusterManifest))
                     for raw in transport.list_raw(f"/apis/ray.io/v1{scope}/rayclusters")]
-        dra, devices, claims, templates = _dra_inputs(transport, scope, config)
+        dra_gpu_nodes, devices, claims, templates = _dra_inputs(transport, scope, config)
         gpu_nodes = sum(
             1 for raw in transport.list_raw("/api/v1/nodes")
             if gpu_node_reason(convert.node_view(kube.NODE.decode(raw)),
-                               config, dra) is not None)
+                               config, dra_gpu_nodes) is not None)
         volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
         kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())
                     for v in ("v1beta2", "v1beta1"))

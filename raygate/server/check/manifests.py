@@ -68,6 +68,7 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
             scheduler_name=pod.scheduler_name or "",
             node_selector=pod.node_selector or {},
             claims=convert.pod_claims(pod.resource_claims),
+            priority=g.priority,
         ))
     options = spec.autoscaler_options
     autoscaler = None

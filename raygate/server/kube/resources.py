@@ -15,7 +15,7 @@ import msgspec
 
 from raygate.server.cache import convert, devices, keys
 from raygate.server.cache.convert import PodViews
-from raygate.server.wire import kube
+from raygate.server.wire import dra, kube
 
 __all__ = ["RESOURCES", "Resource", "Served"]
 
@@ -85,10 +85,10 @@ _DRA = ("v1", "v1beta2")
 RESOURCES: tuple[Resource, ...] = (
     # Dynamic Resource Allocation (GA in 1.34; v1beta2, the same shapes, in 1.33): what
     # makes a node a GPU node, before the nodes.
-    Resource(keys.DEVICECLASS, "resource.k8s.io", _DRA, "deviceclasses", kube.DeviceClass,
+    Resource(keys.DEVICECLASS, "resource.k8s.io", _DRA, "deviceclasses", dra.DeviceClass,
              devices.device_class_view, crd=True),
     Resource(keys.RESOURCESLICE, "resource.k8s.io", _DRA, "resourceslices",
-             kube.ResourceSlice, devices.resource_slice_view, crd=True),
+             dra.ResourceSlice, devices.resource_slice_view, crd=True),
     Resource(keys.NODE, "", ("v1",), "nodes", kube.Node, convert.node_view),
     # Pods are most of a cluster: their views share what repeats (``convert.PodViews``).
     Resource(keys.POD, "", ("v1",), "pods", kube.Pod, PodViews()),
@@ -96,6 +96,9 @@ RESOURCES: tuple[Resource, ...] = (
              convert.raycluster_view, crd=True),
     Resource(keys.PODGROUP, "scheduling.volcano.sh", ("v1beta1",), "podgroups",
              kube.PodGroup, convert.podgroup_view, crd=True),
+    # Kubernetes' own gangs: served with 1.37's GenericWorkload gate (beta, off by default).
+    Resource(keys.GANGGROUP, "scheduling.k8s.io", ("v1beta1",), "podgroups",
+             kube.GangGroup, convert.gang_group_view, crd=True),
     # v1beta2 is Kueue's storage version since 0.16; older installs serve only v1beta1.
     Resource(keys.WORKLOAD, "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads",
              kube.Workload, convert.workload_view, crd=True),
@@ -108,7 +111,7 @@ RESOURCES: tuple[Resource, ...] = (
              convert.nodeclaim_view, crd=True),
     # What a pod's resource claims ask for.
     Resource(keys.RESOURCECLAIM, "resource.k8s.io", _DRA, "resourceclaims",
-             kube.ResourceClaim, devices.resource_claim_view, crd=True),
+             dra.ResourceClaim, devices.resource_claim_view, crd=True),
     Resource(keys.CLAIMTEMPLATE, "resource.k8s.io", _DRA, "resourceclaimtemplates",
-             kube.ResourceClaimTemplate, devices.claim_template_view, crd=True),
+             dra.ResourceClaimTemplate, devices.claim_template_view, crd=True),
 )

@@ -71,6 +71,10 @@ class PodResourceClaim(_Base):
     resource_claim_template_name: str | None = None
 
 
+class SchedulingGroup(_Base):
+    pod_group_name: str | None = None
+
+
 class PodSpec(_Base):
     node_name: str | None = None
     priority: int | None = None
@@ -82,6 +86,7 @@ class PodSpec(_Base):
     """Read only for the shape of the node affinity of a pod raygate's placement gate
     holds; any JSON is accepted here (a pod's affinity never fails a request)."""
     resource_claims: list[PodResourceClaim] | None = None
+    scheduling_group: SchedulingGroup | None = None
 
 
 class Condition(_Base):
@@ -163,6 +168,37 @@ class PodGroup(_Base):
     status: PodGroupStatus = msgspec.field(default_factory=PodGroupStatus)
 
 
+# --- Kubernetes' own gangs (scheduling.k8s.io/v1beta1, 1.37's GenericWorkload) ---------
+
+class GangPolicy(_Base):
+    min_count: int | None = None
+
+
+class SchedulingPolicy(_Base):
+    gang: GangPolicy | None = None
+
+
+class WorkloadRef(_Base):
+    workload_name: str = ""
+
+
+class GangGroupSpec(_Base):
+    workload_ref: WorkloadRef | None = None
+    scheduling_policy: SchedulingPolicy | None = None
+
+
+class GangGroupStatus(_Base):
+    conditions: list[Condition] | None = None
+
+
+class GangGroup(_Base):
+    """A ``scheduling.k8s.io`` PodGroup: its gang's size and its conditions."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: GangGroupSpec = msgspec.field(default_factory=GangGroupSpec)
+    status: GangGroupStatus = msgspec.field(default_factory=GangGroupStatus)
+
+
 class WorkloadPodSet(_Base):
     name: str = ""
     count: int | None = None
@@ -212,77 +248,6 @@ class Event(_Base):
     last_timestamp: str | None = None
     event_time: str | None = None
     series: EventSeries | None = None
-
-
-# --- Dynamic Resource Allocation (resource.k8s.io/v1): what says "GPU" -----------------
-
-class CelSelector(_Base):
-    expression: str = ""
-
-
-class DeviceSelector(_Base):
-    cel: CelSelector | None = None
-
-
-class DeviceClassSpec(_Base):
-    selectors: list[DeviceSelector] | None = None
-    extended_resource_name: str | None = None
-
-
-class DeviceClass(_Base):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    spec: DeviceClassSpec = msgspec.field(default_factory=DeviceClassSpec)
-
-
-class SliceDevice(_Base):
-    name: str = ""
-    node_name: str | None = None
-    """Set only with the slice's ``perDeviceNodeSelection``."""
-
-
-class ResourceSliceSpec(_Base):
-    driver: str = ""
-    node_name: str | None = None
-    per_device_node_selection: bool | None = None
-    devices: list[SliceDevice] | None = None
-
-
-class ResourceSlice(_Base):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    spec: ResourceSliceSpec = msgspec.field(default_factory=ResourceSliceSpec)
-
-
-class DeviceSubRequest(_Base):
-    device_class_name: str = ""
-
-
-class DeviceRequest(_Base):
-    name: str = ""
-    exactly: DeviceSubRequest | None = None
-    """``ExactDeviceRequest``: of its fields only ``deviceClassName`` is read."""
-    first_available: list[DeviceSubRequest] | None = None
-
-
-class DeviceClaim(_Base):
-    requests: list[DeviceRequest] | None = None
-
-
-class ResourceClaimSpec(_Base):
-    devices: DeviceClaim | None = None
-
-
-class ResourceClaim(_Base):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    spec: ResourceClaimSpec = msgspec.field(default_factory=ResourceClaimSpec)
-
-
-class ResourceClaimTemplateSpec(_Base):
-    spec: ResourceClaimSpec = msgspec.field(default_factory=ResourceClaimSpec)
-
-
-class ResourceClaimTemplate(_Base):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    spec: ResourceClaimTemplateSpec = msgspec.field(default_factory=ResourceClaimTemplateSpec)
 
 
 class NodeClaimMeta(_Base):

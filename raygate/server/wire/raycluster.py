@@ -43,6 +43,7 @@ class WorkerGroupSpec(_Base):
     min_replicas: int | None = None
     max_replicas: int | None = None
     num_of_hosts: int | None = None
+    priority: int | None = None
     template: Template = msgspec.field(default_factory=Template)
 
 
