@@ -41,7 +41,7 @@ from e2e.objects import (
     tolerating_gpu_groups,
 )
 from e2e.scenario import Scenario, wait_until
-from e2e.test_placement import kinds
+from e2e.test_placement import kinds, overflow_to_four
 from e2e.test_preemption import priority_class
 from testbed.cluster import Testbed
 
@@ -104,10 +104,7 @@ def bring_up(scenario: Scenario, testbed: Testbed, token: str, expect_class: str
                and len(scenario.running("baseline")) == 2
                and len(scenario.running("gpu")) == 1, timeout=120)
     scenario.step("head, floor and GPU worker running")
-    scenario.scale("mixed", "overflow", 4)
-    wait_until("4 overflow workers running", lambda: len(scenario.running("overflow")) == 4,
-               timeout=90)
-    scenario.step("4 overflow workers running")
+    overflow_to_four(scenario, "mixed")
 
 
 def test_dra_floor_and_head_stay_on_cpu_nodes_and_the_claimed_gpu_worker_gets_the_gpu_node(

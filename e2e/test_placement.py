@@ -32,7 +32,12 @@ def bring_up(scenario: Scenario, groups: list[Group], scheduler: str) -> None:
                lambda: len(scenario.running("headgroup")) == 1
                and len(scenario.running("baseline")) == 2, timeout=90)
     scenario.step("head and floor running")
-    scenario.scale("mixed", "overflow", 4)
+    overflow_to_four(scenario, "mixed")
+
+
+def overflow_to_four(scenario: Scenario, cluster: str) -> None:
+    """Scale ``cluster``'s overflow group to 4, as the Ray autoscaler does, until they run."""
+    scenario.scale(cluster, "overflow", 4)
     wait_until("4 overflow workers running", lambda: len(scenario.running("overflow")) == 4,
                timeout=90)
     scenario.step("4 overflow workers running")

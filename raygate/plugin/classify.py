@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import ClaimView, PodClaim, claim_gpu_reason
+from raygate.plugin.devices import claim_gpu_reason
 from raygate.plugin.model import (
     PREEMPTION_REASON,
     ClusterView,
@@ -62,14 +63,8 @@ def gpu_pod_reason(pod: PodView, view: ClusterView, config: PolicyConfig) -> str
         return f"requests GPU resources ({', '.join(gpus)})"
     if not pod.resource_claims:
         return None
-    return claim_gpu_reason(((ref, _claim_of(pod.namespace, ref, view))
-                             for ref in pod.resource_claims), devices)
-
-
-def _claim_of(namespace: str, ref: PodClaim, view: ClusterView) -> ClaimView | None:
-    if ref.claim:
-        return view.resource_claim(namespace, ref.claim)
-    return view.claim_template(namespace, ref.template) if ref.template else None
+    return claim_gpu_reason(pod.resource_claims, partial(view.resource_claim, pod.namespace),
+                            partial(view.claim_template, pod.namespace), devices)
 
 
 def gpu_pod_resources(pod: PodView, resources: Iterable[str]) -> tuple[str, ...]:

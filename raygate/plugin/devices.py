@@ -12,8 +12,8 @@ The rules, each once:
   its selectors pick a configured GPU driver, or when it maps a configured GPU resource;
 - ``gpu_devices``: what all DeviceClasses together say (GPU classes, the drivers whose
   slices are GPUs, the extended resources that are GPUs), decided when a class changes;
-- ``slice_gpu_nodes``, ``dra_node_reason``: which nodes a slice gives GPUs to, and why a
-  node is a GPU node by its slices;
+- ``holds_gpus``, ``dra_node_reason``: whether a slice lists GPUs, and why a node is a GPU
+  node by its slices;
 - ``claim_gpu_reason``: why a pod's resource claims ask for a GPU.
 
 Only node-local devices make a GPU node (a slice's ``nodeName``, or each device's own with
@@ -24,13 +24,15 @@ not one node's GPUs.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from raygate.plugin.config import PolicyConfig
 
 __all__ = [
     "IMPLICIT_RESOURCE_PREFIX",
+    "NO_GPU_DEVICES",
     "ClaimTemplateView",
     "ClaimView",
     "DeviceClassView",
@@ -41,8 +43,8 @@ __all__ = [
     "dra_node_reason",
     "gpu_class_reason",
     "gpu_devices",
+    "holds_gpus",
     "selector_drivers",
-    "slice_gpu_nodes",
 ]
 
 IMPLICIT_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -110,6 +112,10 @@ class GpuDevices:
     """Extended resources GPU classes back that ``gpuResources`` does not list."""
 
 
+NO_GPU_DEVICES = GpuDevices(MappingProxyType({}), frozenset(), ())
+"""No DeviceClass seen and no GPU driver known (``raygate check`` offline)."""
+
+
 def selector_drivers(expressions: Iterable[str]) -> tuple[str, ...]:
     """The drivers CEL selector ``expressions`` compare ``device.driver`` with."""
     found: list[str] = []
@@ -151,19 +157,16 @@ def gpu_devices(classes: Iterable[DeviceClassView], config: PolicyConfig) -> Gpu
     return GpuDevices(reasons, frozenset(drivers), tuple(resources))
 
 
-def slice_gpu_nodes(slice_: ResourceSliceView, devices: GpuDevices) -> tuple[str, ...]:
-    """The nodes ``slice_`` gives GPUs to: its nodes when its driver's devices are GPUs
-    and it lists any."""
-    if slice_.devices and slice_.driver in devices.drivers:
-        return slice_.nodes
-    return ()
+def holds_gpus(slice_: ResourceSliceView, devices: GpuDevices) -> bool:
+    """``slice_`` lists devices, and its driver's devices are GPUs."""
+    return bool(slice_.devices) and slice_.driver in devices.drivers
 
 
 def dra_node_reason(slices: Iterable[ResourceSliceView], devices: GpuDevices) -> str | None:
     """Why a node is a GPU node by the ``slices`` that name it, or None."""
     counts: dict[str, int] = {}
     for slice_ in slices:
-        if slice_gpu_nodes(slice_, devices):
+        if holds_gpus(slice_, devices):
             counts[slice_.driver] = counts.get(slice_.driver, 0) + slice_.devices
     if not counts:
         return None
@@ -171,18 +174,25 @@ def dra_node_reason(slices: Iterable[ResourceSliceView], devices: GpuDevices) ->
         f"{driver} ({n} device{'s' if n != 1 else ''})" for driver, n in sorted(counts.items()))
 
 
-def claim_gpu_reason(claims: Iterable[tuple[PodClaim, ClaimView | None]],
+Lookup = Callable[[str], ClaimView | None]
+"""A ResourceClaim (or template) of the pod's namespace by name; None when not known."""
+
+
+def claim_gpu_reason(refs: Iterable[PodClaim], claim: Lookup, template: Lookup,
                      devices: GpuDevices) -> str | None:
-    """Why a pod's resource ``claims`` (each with the claim or template it names, None when
-    not known) ask for a GPU, or None. A claim not known yet counts as a GPU claim: a pod
-    that may need a GPU node is never refused one on a guess."""
-    for ref, spec in claims:
-        source = (f"ResourceClaim {ref.claim}" if ref.claim
-                  else f"ResourceClaimTemplate {ref.template}")
+    """Why a pod's resource claims ``refs`` ask for a GPU, or None; each names a
+    ResourceClaim (found by ``claim``) or a template (by ``template``). A claim not known
+    yet counts as a GPU claim: a pod that may need a GPU node is never refused one on a
+    guess."""
+    for ref in refs:
+        if ref.claim:
+            source, spec = f"ResourceClaim {ref.claim}", claim(ref.claim)
+        elif ref.template:
+            source, spec = f"ResourceClaimTemplate {ref.template}", template(ref.template)
+        else:
+            continue  # names neither: the API server refuses such a pod
         if spec is None:
-            if ref.claim or ref.template:
-                return f"resource claim {ref.name}: {source} not known yet (counted as a GPU)"
-            continue
+            return f"resource claim {ref.name}: {source} not known yet (counted as a GPU)"
         for name in spec.device_classes:
             if name in devices.classes:
                 return f"resource claim {ref.name}: {source} asks for GPU device class {name}"

@@ -37,11 +37,12 @@ def is_gpu_template(spec: HeadSpec | GroupSpec, cluster: LintCluster,
                     facts: ClusterFacts | None, config: PolicyConfig) -> bool:
     """The template's pods are GPU pods (``classify.gpu_pod_reason``'s rule): a GPU resource
     or a GPU DeviceClass's, or a claim for a GPU or not known (so, offline, any claim)."""
-    known = facts or _OFFLINE
+    known, ns = facts or _OFFLINE, cluster.namespace
     devices = known.gpu_devices
-    claims = ((ref, known.claim_of(cluster.namespace, ref)) for ref in spec.claims)
     return (any(spec.resources.get(r, 0) > 0 for r in (*config.gpu_resources, *devices.resources))
-            or claim_gpu_reason(claims, devices) is not None)
+            or claim_gpu_reason(spec.claims, lambda name: known.claims.get((ns, name)),
+                                lambda name: known.claim_templates.get((ns, name)),
+                                devices) is not None)
 
 
 def tolerates_gpu(tolerations: Sequence[Toleration], config: PolicyConfig) -> bool:

@@ -8,15 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from types import MappingProxyType
 
-from raygate.plugin.devices import ClaimTemplateView, ClaimView, GpuDevices, PodClaim
+from raygate.plugin.devices import (
+    NO_GPU_DEVICES,
+    ClaimTemplateView,
+    ClaimView,
+    GpuDevices,
+    PodClaim,
+)
 
-__all__ = ["NO_GPU_DEVICES", "ClusterFacts", "Finding", "GroupSpec", "HeadSpec", "LintCluster",
-           "Severity", "Toleration", "floor_pods", "group_label", "group_path", "object_ref"]
-
-NO_GPU_DEVICES = GpuDevices(MappingProxyType({}), frozenset(), ())
-"""No DeviceClass seen: offline, or a cluster that does not serve ``resource.k8s.io/v1``."""
+__all__ = ["ClusterFacts", "Finding", "GroupSpec", "HeadSpec", "LintCluster", "Severity",
+           "Toleration", "floor_pods", "group_label", "group_path", "object_ref"]
 
 
 def object_ref(kind: str, namespace: str, name: str, generate_name: str = "") -> str:
@@ -108,13 +110,6 @@ class ClusterFacts:
     """The ResourceClaims read, by (namespace, name)."""
     claim_templates: Mapping[tuple[str, str], ClaimTemplateView] = field(default_factory=dict)
     """The ResourceClaimTemplates read, by (namespace, name)."""
-
-    def claim_of(self, namespace: str, ref: PodClaim) -> ClaimView | None:
-        """The claim or template a pod of ``namespace`` names in ``ref``; None when not
-        read (``claim_gpu_reason`` counts it as a GPU claim then)."""
-        if ref.claim:
-            return self.claims.get((namespace, ref.claim))
-        return self.claim_templates.get((namespace, ref.template)) if ref.template else None
 
 
 @dataclass(frozen=True, slots=True)

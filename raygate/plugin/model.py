@@ -250,8 +250,6 @@ class GangGroupView:
     name: str
     min_count: int | None = None
     """``schedulingPolicy.gang.minCount``; None for the ``basic`` policy (no gang)."""
-    workload: str = ""
-    """``spec.workloadRef.workloadName``: the Workload it was made from."""
     conditions: tuple[Condition, ...] = ()
 
 

@@ -30,6 +30,7 @@ from raygate.plugin.model import (
     WorkloadView,
 )
 from raygate.server.cache.editor import SnapshotEditor, build_snapshot
+from raygate.server.cache.indexes import PRIMARY
 from raygate.server.cache.keys import (
     CLAIMTEMPLATE,
     DEVICECLASS,
@@ -96,7 +97,7 @@ workloads = st.builds(
     st.integers(0, 2), st.none() | st.sampled_from(CLUSTERS))
 podgroups = st.builds(lambda name, n: PodGroupView("ray", f"ray-{name}-pg", "Running", n),
                       st.sampled_from(CLUSTERS), st.integers(0, 5))
-gang_groups = st.builds(lambda name, n: GangGroupView("ray", f"{name}-cluster", n, name),
+gang_groups = st.builds(lambda name, n: GangGroupView("ray", f"{name}-cluster", n),
                         st.sampled_from(CLUSTERS), st.integers(0, 5))
 device_classes = st.builds(lambda name: DeviceClassView(name, (f"{name}.example.com",)),
                            st.sampled_from(("accel", "nic")))
@@ -128,24 +129,8 @@ def whole(state: dict[tuple[str, object], View]) -> Snapshot:
     by_kind: dict[str, list[View]] = {}
     for (kind, _), view in state.items():
         by_kind.setdefault(kind, []).append(view)
-    return build_snapshot(ClusterObjects(
-        nodes=tuple(v for v in by_kind.get(NODE, []) if isinstance(v, NodeView)),
-        pods=tuple(v for v in by_kind.get(POD, []) if isinstance(v, PodView)),
-        rayclusters=tuple(v for v in by_kind.get(RAYCLUSTER, [])
-                          if isinstance(v, RayClusterView)),
-        podgroups=tuple(v for v in by_kind.get(PODGROUP, []) if isinstance(v, PodGroupView)),
-        gang_groups=tuple(v for v in by_kind.get(GANGGROUP, [])
-                          if isinstance(v, GangGroupView)),
-        workloads=tuple(v for v in by_kind.get(WORKLOAD, []) if isinstance(v, WorkloadView)),
-        device_classes=tuple(v for v in by_kind.get(DEVICECLASS, [])
-                             if isinstance(v, DeviceClassView)),
-        resource_slices=tuple(v for v in by_kind.get(RESOURCESLICE, [])
-                              if isinstance(v, ResourceSliceView)),
-        resource_claims=tuple(v for v in by_kind.get(RESOURCECLAIM, [])
-                              if isinstance(v, ClaimView)),
-        claim_templates=tuple(v for v in by_kind.get(CLAIMTEMPLATE, [])
-                              if isinstance(v, ClaimTemplateView)),
-    ), CONFIG)
+    return build_snapshot(ClusterObjects(**{  # type: ignore[arg-type]
+        PRIMARY[kind]: tuple(views) for kind, views in by_kind.items()}), CONFIG)
 
 
 def uids(views_: tuple[PodView, ...]) -> list[str]:

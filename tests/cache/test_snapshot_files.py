@@ -45,10 +45,10 @@ def test_both_podgroups_and_the_dra_kinds_are_read_by_their_api_group() -> None:
         make_claim_template("t", "gpu"))), "test")
     assert [(g.name, g.min_member) for g in objects.podgroups] == [("ray-rc-pg", 3)]
     assert [(g.name, g.min_count) for g in objects.gang_groups] == [("rc-cluster", 4)]
-    assert [c.drivers for c in objects.device_classes] == [("gpu.nvidia.com",)]
-    assert [(s.nodes, s.devices) for s in objects.resource_slices] == [(("n1",), 2)]
-    assert [c.device_classes for c in (*objects.resource_claims, *objects.claim_templates)] == [
-        ("gpu",), ("gpu",)]
+    assert [c.drivers for c in objects.deviceclasses] == [("gpu.nvidia.com",)]
+    assert [(s.nodes, s.devices) for s in objects.resourceslices] == [(("n1",), 2)]
+    claims = (*objects.resourceclaims, *objects.resourceclaimtemplates)
+    assert [c.device_classes for c in claims] == [("gpu",), ("gpu",)]
 
 
 def test_multi_document_yaml_with_unquoted_values(tmp_path: Path) -> None:

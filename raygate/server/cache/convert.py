@@ -324,7 +324,6 @@ def gang_group_view(pg: kube.GangGroup, path: str = "$") -> GangGroupView:
     return GangGroupView(
         namespace=pg.metadata.namespace, name=pg.metadata.name,
         min_count=(gang.min_count or 0) if gang is not None else None,
-        workload=spec.workload_ref.workload_name if spec.workload_ref is not None else "",
         conditions=_conditions(pg.status.conditions, f"{path}.status.conditions"))
 
 

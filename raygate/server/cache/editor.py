@@ -26,7 +26,7 @@ from raygate.plugin.model import (
 )
 from raygate.server.cache.autoscaling import AUTOSCALER_KINDS, AutoscalerTables
 from raygate.server.cache.devices import DEVICE_KINDS, DeviceTables
-from raygate.server.cache.indexes import Editing
+from raygate.server.cache.indexes import PRIMARY, Editing
 from raygate.server.cache.keys import (
     GANGGROUP,
     KINDS,
@@ -51,15 +51,11 @@ def build_snapshot(objects: ClusterObjects, config: PolicyConfig) -> Snapshot:
     """A snapshot of ``objects`` built whole (a snapshot file, the demo): its ``changes``
     are None, and its ``objects`` are those given."""
     editor = SnapshotEditor(Snapshot.empty(config), whole=True)
-    views: Iterable[View]
-    for views in (objects.device_classes, objects.resource_slices, objects.nodes,
-                  objects.pods, objects.rayclusters, objects.podgroups, objects.gang_groups,
-                  objects.workloads,
-                  objects.events, objects.node_claims, objects.resource_claims,
-                  objects.claim_templates):
-        for view in views:
+    for kind in KINDS:
+        view: View
+        for view in getattr(objects, PRIMARY[kind]):
             editor.upsert(view)
-    editor.autoscaling.follows_claims = bool(objects.node_claims)
+    editor.autoscaling.follows_claims = bool(objects.nodeclaims)
     snap = editor.finish()
     snap._ignored = Counter(objects.ignored)
     snap.__dict__["objects"] = objects  # what the cached property would rebuild

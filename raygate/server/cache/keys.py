@@ -6,7 +6,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from raygate.plugin.devices import ClaimView, DeviceClassView, ResourceSliceView
+from raygate.plugin.devices import (
+    ClaimTemplateView,
+    ClaimView,
+    DeviceClassView,
+    ResourceSliceView,
+)
 from raygate.plugin.model import (
     GangGroupView,
     NodeClaimView,
@@ -30,9 +35,8 @@ KINDS = (DEVICECLASS, RESOURCESLICE, NODE, POD, RAYCLUSTER, PODGROUP, GANGGROUP,
 node, then nodes, so a pod's node class is known when its preemption is recorded)."""
 
 View: TypeAlias = (NodeView | PodView | RayClusterView | PodGroupView | GangGroupView
-                   | WorkloadView
-                   | PodEventView | NodeClaimView | DeviceClassView | ResourceSliceView
-                   | ClaimView)
+                   | WorkloadView | PodEventView | NodeClaimView | DeviceClassView
+                   | ResourceSliceView | ClaimView)
 ClusterKey: TypeAlias = tuple[str, str]
 """(namespace, name) of a RayCluster."""
 ObjectKey: TypeAlias = str | tuple[str, str]
@@ -42,8 +46,11 @@ DeviceClass, ResourceSlice) by name, a pod by UID, namespaced ones by (namespace
 
 @dataclass(frozen=True)
 class ClusterObjects:
-    """Everything a source delivered, as policy views."""
+    """Everything a source delivered, as policy views: a field per kind, named as the
+    snapshot's table of that kind (``indexes.PRIMARY``)."""
 
+    deviceclasses: tuple[DeviceClassView, ...] = ()
+    resourceslices: tuple[ResourceSliceView, ...] = ()
     nodes: tuple[NodeView, ...] = ()
     pods: tuple[PodView, ...] = ()
     rayclusters: tuple[RayClusterView, ...] = ()
@@ -51,11 +58,9 @@ class ClusterObjects:
     gang_groups: tuple[GangGroupView, ...] = ()
     workloads: tuple[WorkloadView, ...] = ()
     events: tuple[PodEventView, ...] = ()
-    node_claims: tuple[NodeClaimView, ...] = ()
-    device_classes: tuple[DeviceClassView, ...] = ()
-    resource_slices: tuple[ResourceSliceView, ...] = ()
-    resource_claims: tuple[ClaimView, ...] = ()
-    claim_templates: tuple[ClaimView, ...] = ()
+    nodeclaims: tuple[NodeClaimView, ...] = ()
+    resourceclaims: tuple[ClaimView, ...] = ()
+    resourceclaimtemplates: tuple[ClaimTemplateView, ...] = ()
     ignored: Counter[str] = field(default_factory=Counter)
     """Objects of kinds raygate does not use, by kind."""
 

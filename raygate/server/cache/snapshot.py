@@ -25,7 +25,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from immutables import Map
 
@@ -46,24 +46,16 @@ from raygate.plugin.model import (
 from raygate.server.cache.autoscaling import latest
 from raygate.server.cache.indexes import PRIMARY, Indexes
 from raygate.server.cache.keys import (
-    CLAIMTEMPLATE,
-    DEVICECLASS,
-    EVENT,
-    GANGGROUP,
-    NODE,
-    NODECLAIM,
-    POD,
-    PODGROUP,
+    KINDS,
     RAYCLUSTER,
-    RESOURCECLAIM,
-    RESOURCESLICE,
-    WORKLOAD,
     ClusterKey,
     ClusterObjects,
     ObjectKey,
     View,
 )
 from raygate.server.cache.maps import Entry, _values
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +69,12 @@ class Changes:
 
     def __or__(self, other: Changes) -> Changes:
         return Changes(self.clusters | other.clusters, self.podgroups | other.podgroups)
+
+
+def _held(table: Map[Any, Entry[V]], key: Any) -> V | None:
+    """The view ``table`` holds under ``key``, if any."""
+    entry = table.get(key)
+    return None if entry is None else entry[1]
 
 
 _serials = itertools.count(1)
@@ -129,15 +127,13 @@ class Snapshot:
 
     # --- plugin.model.ClusterView -------------------------------------------------------
     def node(self, name: str) -> NodeView | None:
-        entry = self.indexes.nodes.get(name)
-        return None if entry is None else entry[1]
+        return _held(self.indexes.nodes, name)
 
     def is_gpu_node(self, name: str) -> bool | None:
         return self.node_classes.get(name)
 
     def pod(self, uid: str) -> PodView | None:
-        entry = self.indexes.pods.get(uid)
-        return None if entry is None else entry[1]
+        return _held(self.indexes.pods, uid)
 
     def pods_on_node(self, name: str) -> tuple[PodView, ...]:
         return _values(self.indexes.by_node.get(name))
@@ -149,8 +145,7 @@ class Snapshot:
         return self.indexes.scheduled.get(key, 0)
 
     def raycluster(self, namespace: str, name: str) -> RayClusterView | None:
-        entry = self.indexes.rayclusters.get((namespace, name))
-        return None if entry is None else entry[1]
+        return _held(self.indexes.rayclusters, (namespace, name))
 
     def preemptions(self, key: GroupKey) -> tuple[PreemptionRecord, ...]:
         return self.indexes.preemptions.get(key, ())
@@ -166,12 +161,10 @@ class Snapshot:
         return tuple(self.indexes.by_cluster.keys())
 
     def podgroup(self, namespace: str, name: str) -> PodGroupView | None:
-        entry = self.indexes.podgroups.get((namespace, name))
-        return None if entry is None else entry[1]
+        return _held(self.indexes.podgroups, (namespace, name))
 
     def gang_group(self, namespace: str, name: str) -> GangGroupView | None:
-        entry = self.indexes.gang_groups.get((namespace, name))
-        return None if entry is None else entry[1]
+        return _held(self.indexes.gang_groups, (namespace, name))
 
     def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
         return _values(self.indexes.workloads_of.get((namespace, cluster)))
@@ -180,8 +173,7 @@ class Snapshot:
         return latest(_values(self.indexes.events_of.get(uid)))
 
     def node_claim(self, name: str) -> NodeClaimView | None:
-        entry = self.indexes.nodeclaims.get(name)
-        return None if entry is None else entry[1]
+        return _held(self.indexes.nodeclaims, name)
 
     def follows_node_claims(self) -> bool:
         return self._follows_claims
@@ -190,12 +182,10 @@ class Snapshot:
         return self._gpu_devices
 
     def resource_claim(self, namespace: str, name: str) -> ClaimView | None:
-        entry = self.indexes.resourceclaims.get((namespace, name))
-        return None if entry is None else entry[1]
+        return _held(self.indexes.resourceclaims, (namespace, name))
 
     def claim_template(self, namespace: str, name: str) -> ClaimView | None:
-        entry = self.indexes.resourceclaimtemplates.get((namespace, name))
-        return None if entry is None else entry[1]
+        return _held(self.indexes.resourceclaimtemplates, (namespace, name))
 
     # --- for status endpoints, logs and the list/watch source ---------------------------
     @cached_property
@@ -208,16 +198,8 @@ class Snapshot:
     @cached_property
     def objects(self) -> ClusterObjects:
         """Every object of the snapshot (built on first use: O(objects))."""
-        return ClusterObjects(
-            nodes=self._views(NODE), pods=self._views(POD), rayclusters=self._raycluster_views,
-            podgroups=self._views(PODGROUP), gang_groups=self._views(GANGGROUP),
-            workloads=self._views(WORKLOAD),
-            events=self._views(EVENT), node_claims=self._views(NODECLAIM),
-            device_classes=self._views(DEVICECLASS), resource_slices=self._views(RESOURCESLICE),
-            resource_claims=self._views(RESOURCECLAIM),
-            claim_templates=self._views(CLAIMTEMPLATE),
-            ignored=Counter(self._ignored),
-        )
+        return ClusterObjects(**{PRIMARY[kind]: self._views(kind) for kind in KINDS},
+                              ignored=Counter(self._ignored))
 
     def counts(self) -> dict[str, int]:
         return {name: len(getattr(self.indexes, name)) for name in PRIMARY.values()}

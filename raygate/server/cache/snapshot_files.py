@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 import msgspec
 import yaml
 
-from raygate.server.cache import convert, devices
+from raygate.server.cache import convert, devices, keys
+from raygate.server.cache.indexes import PRIMARY
 from raygate.server.cache.keys import ClusterObjects
 from raygate.server.files import yaml_problem
 from raygate.server.wire import DECODE_ERRORS, dra, kube
@@ -31,38 +32,38 @@ _DRA = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")
 
 
 class _Kind(NamedTuple):
+    kind: str
+    """The cache's name of the kind (``keys.KINDS``): its ``ClusterObjects`` field is
+    ``indexes.PRIMARY[kind]``."""
     api_versions: tuple[str, ...]
     """The apiVersions raygate reads the kind at; core kinds have no group."""
     wire: type[msgspec.Struct]
     view: Callable[[Any], Any]
-    into: str
-    """The ``ClusterObjects`` field its views go to."""
     keep: Callable[[Any], bool] | None = None
     """Of its objects, those raygate uses (None: all)."""
 
 
-_KINDS: dict[str, _Kind] = {
-    "DeviceClass": _Kind(_DRA, dra.DeviceClass, devices.device_class_view, "device_classes"),
-    "ResourceSlice": _Kind(_DRA, dra.ResourceSlice, devices.resource_slice_view,
-                           "resource_slices"),
-    "Node": _Kind(("v1",), kube.Node, convert.node_view, "nodes"),
-    "Pod": _Kind(("v1",), kube.Pod, convert.pod_view, "pods"),
-    "RayCluster": _Kind(("ray.io/v1",), kube.RayCluster, convert.raycluster_view,
-                        "rayclusters"),
-    "PodGroup": _Kind(("scheduling.volcano.sh/v1beta1",), kube.PodGroup,
-                      convert.podgroup_view, "podgroups"),
-    "PodGroup.scheduling.k8s.io": _Kind(("scheduling.k8s.io/v1beta1",), kube.GangGroup,
-                                        convert.gang_group_view, "gang_groups"),
-    "Workload": _Kind(("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"), kube.Workload,
-                      convert.workload_view, "workloads"),
-    "Event": _Kind(("v1",), kube.Event, convert.event_view, "events", convert.wanted_event),
-    "NodeClaim": _Kind(("karpenter.sh/v1",), kube.NodeClaim, convert.nodeclaim_view,
-                       "node_claims"),
-    "ResourceClaim": _Kind(_DRA, dra.ResourceClaim, devices.resource_claim_view,
-                           "resource_claims"),
-    "ResourceClaimTemplate": _Kind(_DRA, dra.ResourceClaimTemplate,
-                                   devices.claim_template_view, "claim_templates"),
-}
+_KINDS = (
+    _Kind(keys.DEVICECLASS, _DRA, dra.DeviceClass, devices.device_class_view),
+    _Kind(keys.RESOURCESLICE, _DRA, dra.ResourceSlice, devices.resource_slice_view),
+    _Kind(keys.NODE, ("v1",), kube.Node, convert.node_view),
+    _Kind(keys.POD, ("v1",), kube.Pod, convert.pod_view),
+    _Kind(keys.RAYCLUSTER, ("ray.io/v1",), kube.RayCluster, convert.raycluster_view),
+    _Kind(keys.PODGROUP, ("scheduling.volcano.sh/v1beta1",), kube.PodGroup,
+          convert.podgroup_view),
+    _Kind(keys.GANGGROUP, ("scheduling.k8s.io/v1beta1",), kube.GangGroup,
+          convert.gang_group_view),
+    _Kind(keys.WORKLOAD, ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2"), kube.Workload,
+          convert.workload_view),
+    _Kind(keys.EVENT, ("v1",), kube.Event, convert.event_view, convert.wanted_event),
+    _Kind(keys.NODECLAIM, ("karpenter.sh/v1",), kube.NodeClaim, convert.nodeclaim_view),
+    _Kind(keys.RESOURCECLAIM, _DRA, dra.ResourceClaim, devices.resource_claim_view),
+    _Kind(keys.CLAIMTEMPLATE, _DRA, dra.ResourceClaimTemplate, devices.claim_template_view),
+)
+# By (apiVersion, kind) as a file writes them: two kinds are named PodGroup (Volcano's and
+# Kubernetes' own, the cache's "PodGroup.scheduling.k8s.io"), told apart by their group.
+_BY_TYPE = {(version, known.kind.split(".")[0]): known
+            for known in _KINDS for version in known.api_versions}
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -148,7 +149,7 @@ def demo_text() -> str:
 
 class _Builder:
     def __init__(self) -> None:
-        self.views: dict[str, list[Any]] = {known.into: [] for known in _KINDS.values()}
+        self.views: dict[str, list[Any]] = {known.kind: [] for known in _KINDS}
         self.ignored: Counter[str] = Counter()
 
     def add(self, obj: Any, location: str) -> None:
@@ -157,10 +158,8 @@ class _Builder:
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
         if not isinstance(kind, str) or not isinstance(api_version, str):
             raise SnapshotError(f"{location}: missing `kind` or `apiVersion`")
-        # Two kinds are named PodGroup: Volcano's, and Kubernetes' own (by its group).
-        known = _KINDS.get(kind if not api_version.startswith("scheduling.k8s.io/")
-                           else f"{kind}.scheduling.k8s.io")
-        if known is None or api_version not in known.api_versions:
+        known = _BY_TYPE.get((api_version, kind))
+        if known is None:
             self.ignored[f"{api_version}/{kind}"] += 1
             return
         meta = obj.get("metadata")
@@ -168,10 +167,10 @@ class _Builder:
         try:
             wire = msgspec.convert(obj, type=known.wire, strict=False)
             if known.keep is None or known.keep(wire):
-                self.views[known.into].append(known.view(wire))
+                self.views[known.kind].append(known.view(wire))
         except (msgspec.ValidationError, convert.ConversionError) as exc:
             raise SnapshotError(f"{location} ({kind} {name}): {exc}") from None
 
     def build(self) -> ClusterObjects:
-        return ClusterObjects(**{into: tuple(views) for into, views in self.views.items()},
+        return ClusterObjects(**{PRIMARY[kind]: tuple(v) for kind, v in self.views.items()},
                               ignored=Counter(self.ignored))

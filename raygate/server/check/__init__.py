@@ -15,16 +15,7 @@ from typing import Any, BinaryIO, TextIO, TypeVar
 
 import msgspec
 
-from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import (
-    ClaimTemplateView,
-    ClaimView,
-    GpuDevices,
-    ResourceSliceView,
-    dra_node_reason,
-    gpu_devices,
-)
 from raygate.plugin.lint import lint
 from raygate.plugin.lint_model import ClusterFacts, Finding, LintCluster, object_ref
 from raygate.plugin.manifest import not_an_object, not_parsed, recognise
@@ -35,6 +26,8 @@ from raygate.server.cache.devices import (
     resource_claim_view,
     resource_slice_view,
 )
+from raygate.server.cache.editor import build_snapshot
+from raygate.server.cache.keys import ClusterObjects
 from raygate.server.cache.snapshot_files import SnapshotError
 from raygate.server.check.inputs import (
     DEFAULT_MAX_BYTES,
@@ -100,33 +93,27 @@ def _check_file(path: str, config: PolicyConfig, report: Report, *, kuberay: str
                             for f in _document_findings(doc, config, kuberay, report)]
 
 
-def _dra_inputs(transport: KubeTransport, scope: str, config: PolicyConfig
-                ) -> tuple[dict[str, str], GpuDevices, dict[tuple[str, str], ClaimView],
-                           dict[tuple[str, str], ClaimTemplateView]]:
-    """What ``resource.k8s.io/v1`` says when the API serves it (nothing when not): the DRA
-    reason of each GPU node by the slices on it, the GPU devices, and the claims and
-    claim templates of ``scope`` (one namespace's, or all) by (namespace, name)."""
+def _cluster_objects(transport: KubeTransport, scope: str) -> ClusterObjects:
+    """The nodes, and what ``resource.k8s.io/v1`` holds when the API serves it (nothing
+    when not): the DeviceClasses and ResourceSlices, and the ResourceClaims and templates
+    of ``scope`` (one namespace's, or all)."""
     served = transport.discover(_DRA) or frozenset()
 
-    def views(plural: str, wire: type[_Wire], view: Callable[[_Wire], _View],
-              where: str = "") -> list[_View]:
+    def listed(plural: str, wire: type[_Wire], view: Callable[[_Wire], _View],
+               where: str = "") -> tuple[_View, ...]:
         if plural not in served:
-            return []
-        return [view(msgspec.json.decode(raw, type=wire))
-                for raw in transport.list_raw(f"/apis/{_DRA}{where}/{plural}")]
+            return ()
+        return tuple(view(msgspec.json.decode(raw, type=wire))
+                     for raw in transport.list_raw(f"/apis/{_DRA}{where}/{plural}"))
 
-    devices = gpu_devices(views("deviceclasses", dra.DeviceClass, device_class_view), config)
-    on: dict[str, list[ResourceSliceView]] = {}
-    for slice_ in views("resourceslices", dra.ResourceSlice, resource_slice_view):
-        for node in slice_.nodes:
-            on.setdefault(node, []).append(slice_)
-    gpu_nodes = {node: reason for node, slices in on.items()
-           if (reason := dra_node_reason(slices, devices)) is not None}
-    claims = views("resourceclaims", dra.ResourceClaim, resource_claim_view, scope)
-    templates = views("resourceclaimtemplates", dra.ResourceClaimTemplate,
-                      claim_template_view, scope)
-    return (gpu_nodes, devices, {(c.namespace, c.name): c for c in claims},
-            {(t.namespace, t.name): t for t in templates})
+    return ClusterObjects(
+        nodes=tuple(convert.node_view(kube.NODE.decode(raw))
+                    for raw in transport.list_raw("/api/v1/nodes")),
+        deviceclasses=listed("deviceclasses", dra.DeviceClass, device_class_view),
+        resourceslices=listed("resourceslices", dra.ResourceSlice, resource_slice_view),
+        resourceclaims=listed("resourceclaims", dra.ResourceClaim, resource_claim_view, scope),
+        resourceclaimtemplates=listed("resourceclaimtemplates", dra.ResourceClaimTemplate,
+                                      claim_template_view, scope))
 
 
 def live_inputs(connection: Connection, namespace: str | None,
@@ -139,11 +126,7 @@ def live_inputs(connection: Connection, namespace: str | None,
         scope = f"/namespaces/{namespace}" if namespace else ""
         clusters = [lint_cluster(msgspec.json.decode(raw, type=RayClusterManifest))
                     for raw in transport.list_raw(f"/apis/ray.io/v1{scope}/rayclusters")]
-        dra_gpu_nodes, devices, claims, templates = _dra_inputs(transport, scope, config)
-        gpu_nodes = sum(
-            1 for raw in transport.list_raw("/api/v1/nodes")
-            if gpu_node_reason(convert.node_view(kube.NODE.decode(raw)),
-                               config, dra_gpu_nodes) is not None)
+        objects = _cluster_objects(transport, scope)
         volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
         kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())
                     for v in ("v1beta2", "v1beta1"))
@@ -151,7 +134,12 @@ def live_inputs(connection: Connection, namespace: str | None,
         raise SnapshotError(f"reading the cluster at {connection.description}: {exc}") from None
     finally:
         transport.close()
-    return clusters, ClusterFacts(gpu_nodes, volcano, kueue, devices, claims, templates)
+    # GPU nodes and GPU devices as raygate's own cache decides them.
+    snap = build_snapshot(objects, config)
+    return clusters, ClusterFacts(
+        len(snap.gpu_node_names), volcano, kueue, snap.gpu_devices(),
+        {(c.namespace, c.name): c for c in objects.resourceclaims},
+        {(t.namespace, t.name): t for t in objects.resourceclaimtemplates})
 
 
 def check_files(paths: Sequence[str], config: PolicyConfig, *,

@@ -178,12 +178,7 @@ class SchedulingPolicy(_Base):
     gang: GangPolicy | None = None
 
 
-class WorkloadRef(_Base):
-    workload_name: str = ""
-
-
 class GangGroupSpec(_Base):
-    workload_ref: WorkloadRef | None = None
     scheduling_policy: SchedulingPolicy | None = None
 
 
