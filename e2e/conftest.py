@@ -15,6 +15,7 @@ import pytest
 
 from e2e import report
 from e2e.scenario import Scenario
+from testbed import native_gangs as gangs_gate
 from testbed.cluster import REPO, Testbed, running_testbed
 from testbed.default_setup import start_default_setup
 from testbed.karpenter import Karpenter, start_karpenter
@@ -58,6 +59,27 @@ def karpenter(testbed: Testbed) -> Iterator[Karpenter]:
     testbed.restart_raygate()
     yield started
     started.stop()
+
+
+@pytest.fixture(scope="module")
+def native_gangs(testbed: Testbed) -> Iterator[Testbed]:
+    """Kubernetes' own gang scheduling (the ``GenericWorkload`` gate, the
+    ``scheduling.k8s.io/v1beta1`` API) for one module's scenarios: kube-apiserver,
+    kube-controller-manager and both kube-schedulers started again with the gate, then
+    KubeRay and raygate (which would find the API only within a minute by itself). After
+    them, the KubeRay-1.7 stand-in (``testbed.native_gangs.stamp_pods``) goes and the
+    control plane starts again with the defaults, so every other scenario tests the
+    default configuration. What each switch cost goes into the report."""
+    on = gangs_gate.enable(testbed)
+    yield testbed
+    gangs_gate.remove_stamps(testbed)
+    off = gangs_gate.disable(testbed)
+    report.add("gangs-native-0-switch", (
+        "### The `GenericWorkload` switch\n\n"
+        f"kube-apiserver (the gate and `--runtime-config={gangs_gate.API}=true`), "
+        "kube-controller-manager, `ray-scheduler` and `default-scheduler` started again "
+        f"with the gate, then the KubeRay operator and raygate: {on:.1f} s on, {off:.1f} s "
+        "back to the defaults.\n"))
 
 
 @pytest.fixture(scope="session")

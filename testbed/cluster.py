@@ -97,6 +97,12 @@ class Testbed:
         self.started_at = 0.0
         self.restarts: list[tuple[float, str, int | None]] = []
         """(seconds since start, component, its exit code) of every restart."""
+        self.feature_gates: dict[str, bool] = {}
+        """``--feature-gates`` of kube-apiserver, kube-controller-manager and every
+        kube-scheduler, read when each starts (empty: the release's defaults).
+        ``set_feature_gates`` changes them on a running testbed."""
+        self.runtime_config: dict[str, bool] = {}
+        """kube-apiserver's ``--runtime-config`` (API groups/versions on or off)."""
         self._stopping = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, name="testbed-supervisor",
                                             daemon=True)
@@ -227,6 +233,41 @@ class Testbed:
         """SIGKILL raygate; it stays down (not supervised) until ``start_raygate()``."""
         self.processes.pop("raygate").kill()
 
+    # --- feature gates --------------------------------------------------------------------
+
+    def gate_flags(self) -> list[str]:
+        """``--feature-gates=…`` as ``feature_gates`` says, or nothing."""
+        if not self.feature_gates:
+            return []
+        return ["--feature-gates=" + ",".join(
+            f"{name}={str(on).lower()}" for name, on in sorted(self.feature_gates.items()))]
+
+    def set_feature_gates(self, gates: dict[str, bool],
+                          runtime_config: dict[str, bool] | None = None) -> None:
+        """Run the control plane with ``gates`` (and kube-apiserver with
+        ``runtime_config``): kube-apiserver, kube-controller-manager and every
+        kube-scheduler add-on are started again with them, as an operator rolls a flag
+        out; ``{}`` goes back to the defaults. etcd, and what the cluster holds, stay;
+        every watch ends once. The KubeRay operator starts again too: after a second
+        API server restart within a minute or two its informers were seen lagging by
+        ~10 s (client-go's growing backoff), so that it created a head Service twice,
+        failed, and made a RayCluster's pods 10 s late. raygate is not restarted
+        (``restart_raygate``: it finds an API group turned on within a minute by
+        itself)."""
+        self.feature_gates = dict(gates)
+        self.runtime_config = dict(runtime_config or {})
+        schedulers = [a for a in self.addons if isinstance(a, components.KubeScheduler)]
+        for scheduler in schedulers:
+            scheduler.stop()  # (each releases its leader Lease on SIGTERM)
+        self.processes.pop("kube-controller-manager").stop()
+        self.restart_apiserver()
+        self._start_controller_manager()
+        for scheduler in schedulers:
+            self.add(scheduler)
+        kuberay = self.addon(components.KubeRay)
+        if kuberay is not None:
+            self.restart_kuberay(kuberay.batch_scheduler)
+
     # --- etcd and kube-apiserver --------------------------------------------------------
 
     def _start_etcd(self) -> None:
@@ -274,6 +315,10 @@ class Testbed:
             "--disable-admission-plugins=TaintNodesByCondition",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             "--profiling=false", "--v=1",
+            *self.gate_flags(),
+            *([("--runtime-config=" + ",".join(
+                f"{api}={str(on).lower()}" for api, on in sorted(self.runtime_config.items())))]
+              if self.runtime_config else []),
         ]
         process = self.run("kube-apiserver", argv)
         context = self.admin_ssl_context()
@@ -309,13 +354,16 @@ class Testbed:
             # RayCluster go with it; pods bound to a node that no longer exists are cleaned
             # up; the disruption controller computes a budget's status, without which the
             # Eviction API refuses every pod the budget selects ("still being processed");
-            # the resource claim controller makes a pod's ResourceClaims from its templates.
+            # the resource claim controller makes a pod's ResourceClaims from its templates;
+            # with GenericWorkload on, the PodGroup protection controller lifts the finalizer
+            # the API server puts on every PodGroup once no pod names it (it is skipped
+            # while the gate is off).
             "--controllers=serviceaccount,serviceaccount-token,garbage-collector-controller,"
             "namespace,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,"
-            "disruption-controller,resourceclaim-controller",
+            "disruption-controller,resourceclaim-controller,podgroup-protection-controller",
             f"--service-account-private-key-file={self.pki.service_account_key}",
             f"--root-ca-file={self.pki.ca_cert}",
-            "--leader-elect=false", "--v=1",
+            "--leader-elect=false", "--v=1", *self.gate_flags(),
         ])
         wait_for("kube-controller-manager (the default ServiceAccount)",
                  lambda: self.kubectl("get", "serviceaccount", "default", "-n", "default",

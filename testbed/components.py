@@ -45,6 +45,7 @@ class KubeScheduler(AddOn):
             # Tests scrape its metrics without a token.
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             f"--cert-dir={testbed.workdir / (self.name + '-certs')}", "--v=2",
+            *testbed.gate_flags(),
         ])
 
     def ready(self) -> bool:
