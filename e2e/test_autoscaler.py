@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TIMEOUT = 30  # seconds a pod may sit ALLOCATED before Ray replaces it
 LOOP = 5  # Ray's AUTOSCALER_UPDATE_INTERVAL_S: raygate's last "keep" is up to one loop old
-WINDOW = 150.0  # seconds watched after the first pod
+WINDOW = 100.0  # seconds watched after the first pod: the timeout passes twice
 
 
 def autoscaled_raycluster(scenario: Scenario) -> dict[str, Any]:
@@ -47,11 +47,11 @@ def autoscaled_raycluster(scenario: Scenario) -> dict[str, Any]:
     return body
 
 
-def request_cpu(gcs: str, cpu: int) -> None:
+def request(gcs: str, bundles: list[dict[str, float]]) -> None:
     """Demand as a driver states it; it stays with the GCS after the driver exits."""
     subprocess.run([sys.executable, "-c", (
         "import ray; from ray.autoscaler.sdk import request_resources; "
-        f"ray.init({gcs!r}); request_resources(bundles=[{{'CPU': {cpu}}}])")],
+        f"ray.init({gcs!r}); request_resources(bundles={bundles!r})")],
         check=True, capture_output=True, timeout=120)
 
 
@@ -74,11 +74,15 @@ class RayCluster:
 
 
 @contextmanager
-def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool) -> Iterator[RayCluster]:
-    """One 4-CPU node, the autoscaled RayCluster, its head and autoscaler; stops them
-    (by process group) after the block."""
-    scenario.setup([node(f"{scenario.name}-cpu-a", scenario.name, cpu=4)])
-    scenario.create(autoscaled_raycluster(scenario))
+def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool,
+                body: dict[str, Any] | None = None, set_up: bool = True,
+                demand: list[dict[str, float]] | None = None) -> Iterator[RayCluster]:
+    """One 4-CPU node (unless the caller ``set_up`` the scenario), the autoscaled
+    RayCluster (``body``, else ``autoscaled_raycluster``), its head and autoscaler, and the
+    ``demand`` (else one bundle of 8 CPU); stops them (by process group) after the block."""
+    if set_up:
+        scenario.setup([node(f"{scenario.name}-cpu-a", scenario.name, cpu=4)])
+    scenario.create(body or autoscaled_raycluster(scenario))
     head = wait_until("the head running", lambda: next(
         (p["metadata"]["name"] for p in scenario.running("headgroup")), None), timeout=90)
     if raygate:
@@ -93,8 +97,9 @@ def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool) -> Itera
     try:
         ray.names.append(start_autoscaler(testbed, "work", scenario.namespace, head, gcs,
                                           raygate=raygate, allocate_timeout=TIMEOUT).name)
-        request_cpu(gcs, 8)
-        scenario.step("requested 8 CPU")
+        bundles = demand or [{"CPU": 8}]
+        request(gcs, bundles)
+        scenario.step(f"requested {len(bundles)} × {bundles[0]['CPU']:g} CPU")
         wait_until("an overflow pod", lambda: scenario.group_pods("overflow"), timeout=120)
         scenario.step("first overflow pod created")
         yield ray

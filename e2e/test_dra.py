@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from e2e import report
-from e2e.lagging import metric, node_class
+from e2e.lagging import node_class
 from e2e.objects import (
     TOLERATE_GPU,
     Group,
@@ -40,6 +40,7 @@ from e2e.objects import (
     raycluster,
     tolerating_gpu_groups,
 )
+from e2e.policy import policy_changed
 from e2e.scenario import Scenario, wait_until
 from e2e.test_placement import kinds, overflow_to_four
 from e2e.test_preemption import priority_class
@@ -128,27 +129,14 @@ def test_dra_floor_and_head_stay_on_cpu_nodes_and_the_claimed_gpu_worker_gets_th
 
 @pytest.fixture
 def no_dra_recognition(testbed: Testbed) -> Iterator[None]:
-    """raygate's policy without what makes DRA GPUs GPUs, for one scenario, and seen in
-    force (the reloader polls the file's stamp each second); restored after it."""
-    path = testbed.workdir / "raygate.yaml"
-    original = path.read_text()
-    config = yaml.safe_load(original)
-    policy = config.setdefault("policy", {})
-    policy["gpuDrivers"] = []
-    policy["gpuResources"] = [r for r in policy.get("gpuResources", ["nvidia.com/gpu"])
-                              if r != "nvidia.com/gpu"] or ["amd.com/gpu"]
+    """raygate's policy without what makes DRA GPUs GPUs, for one scenario."""
+    def change(policy: dict[str, Any]) -> None:
+        policy["gpuDrivers"] = []
+        policy["gpuResources"] = [r for r in policy.get("gpuResources", ["nvidia.com/gpu"])
+                                  if r != "nvidia.com/gpu"] or ["amd.com/gpu"]
 
-    def reloaded(text: str) -> None:
-        before = metric(testbed.raygate_url, "raygate_config_reloads_total", result="ok")
-        path.write_text(text)
-        wait_until("raygate's policy reloaded", lambda: metric(
-            testbed.raygate_url, "raygate_config_reloads_total", result="ok") > before)
-
-    reloaded(yaml.safe_dump(config))
-    try:
+    with policy_changed(testbed, change):
         yield
-    finally:
-        reloaded(original)
 
 
 def test_dra_baseline_without_raygates_dra_recognition_the_floor_lands_on_the_gpu_node(

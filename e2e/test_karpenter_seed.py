@@ -50,10 +50,14 @@ from typing import Any
 import pytest
 
 from e2e import report
+from e2e.admission import AdmissionRecorder
 from e2e.nodeclaims import ClaimHistory, NodeClaims
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, gpu_job, raycluster
 from e2e.scenario import Scenario, wait_until
+from e2e.test_autoscaler import overflow, ray_cluster
+from e2e.test_scale_up import SPREAD, WORKERS, Releases, all_or_nothing_raycluster
 from raygate.plugin.budgets import budget_name
+from testbed.cluster import Testbed
 from testbed.karpenter import Karpenter, node_pool
 
 pytestmark = pytest.mark.e2e
@@ -319,3 +323,45 @@ def test_seed_on_karpenter(scenario: Scenario, claims: NodeClaims) -> None:
         f"it, the thrash guard's replacements get a CPU node, the GPU node is consolidated "
         f"({sum(spent.values()):.0f} GPU node-seconds on CPU-only Ray pods)")
         + claims.timeline() + why(scenario, claims) + waste(spent, gpu))
+
+
+def test_all_or_nothing_scale_up_on_karpenter(
+        scenario: Scenario, testbed: Testbed, reader_token: str, claims: NodeClaims) -> None:
+    """The seed's first option on the real Karpenter: the Ray autoscaler (2.60, v2, under
+    ``raygate-autoscaler``) asks for four 2-CPU workers of a RayCluster annotated
+    ``raygate.io/scale-up: all-or-nothing``. Where Karpenter runs (its NodeClaims are
+    served), raygate releases the whole scale-up in one pass once it is complete, so that
+    Karpenter sees it in one provisioning batch; the report shows what Karpenter bought."""
+    admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
+                                  scenario.started)
+    releases = Releases(scenario)
+    try:
+        with ray_cluster(scenario, testbed, raygate=True, set_up=False,
+                         body=all_or_nothing_raycluster(scenario),
+                         demand=[{"CPU": 2}] * WORKERS) as ray:
+            head_claims = len(claims.history())
+            pods = wait_until(f"{WORKERS} overflow pods", lambda: (
+                [h.name for h in overflow(scenario)] if len(overflow(scenario)) >= WORKERS
+                else None), timeout=60)
+            scenario.step(f"{WORKERS} overflow pods created")
+            wait_until("all four bound", lambda: all(
+                h.bound for h in overflow(scenario) if h.name in pods), timeout=120)
+            scenario.step("all four bound")
+            decisions = ray.decisions(scenario)
+    finally:
+        admission.close()
+    released = releases.of(pods)
+    created = max(h.created for h in overflow(scenario) if h.name in pods)
+    assert len(released) == WORKERS and min(released) >= created
+    assert max(released) - min(released) < SPREAD, f"one release of the batch: {released}"
+    assert [h.name for h in overflow(scenario)] == pods, "none deleted and recreated"
+    bought = claims.history()[head_claims:]
+    assert bought and all(not h.gpu for h in bought), bought
+    kinds = ", ".join(f"{h.instance_type or '?'}" for h in bought)
+    report.add("karpenter-7-all-or-nothing", scenario.timeline(
+        f"Karpenter and an all-or-nothing scale-up: the Ray autoscaler asks for four "
+        f"workers, raygate releases them in one pass, Karpenter buys {len(bought)} "
+        f"NodeClaim{'s' if len(bought) != 1 else ''} for them ({kinds})")
+        + "\nraygate's releases:\n\n" + releases.table(pods) + claims.timeline()
+        + decisions + "\nraygate's admission API about the RayCluster's pods:\n\n"
+        + admission.table())

@@ -118,6 +118,13 @@ class PodBuilder:
         self._obj["spec"]["affinity"] = affinity
         return self
 
+    def tolerate(self, key: str = "", operator: str = "Exists", value: str = "",
+                 effect: str = "") -> Self:
+        toleration = {"key": key, "operator": operator, "value": value, "effect": effect}
+        self._obj["spec"].setdefault("tolerations", []).append(
+            {k: v for k, v in toleration.items() if v})
+        return self
+
     def priority(self, value: int) -> Self:
         self._obj["spec"]["priority"] = value
         return self
@@ -190,6 +197,15 @@ class NodeBuilder:
         self._obj["metadata"]["labels"][key] = value
         return self
 
+    def taint(self, key: str, value: str = "", effect: str = "NoSchedule") -> Self:
+        taint = {"key": key, "effect": effect} | ({"value": value} if value else {})
+        self._obj["spec"].setdefault("taints", []).append(taint)
+        return self
+
+    def unschedulable(self) -> Self:
+        self._obj["spec"]["unschedulable"] = True
+        return self
+
     def obj(self) -> Obj:
         return copy.deepcopy(self._obj)
 
@@ -210,6 +226,10 @@ class RayClusterBuilder:
 
     def autoscaling(self, enabled: bool = True) -> Self:
         self._obj["spec"]["enableInTreeAutoscaling"] = enabled
+        return self
+
+    def annotate(self, key: str, value: str) -> Self:
+        self._obj["metadata"].setdefault("annotations", {})[key] = value
         return self
 
     def group(self, name: str, *, replicas: int | None = None, min: int = 0,

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-__all__ = ["ConfigError", "GpuNodesForSurplus", "PolicyConfig", "policy_config_from_mapping"]
+__all__ = ["ConfigError", "GpuNodesForSurplus", "NodeAutoscaler", "PolicyConfig",
+           "policy_config_from_mapping"]
 
 DEFAULT_GPU_RESOURCES = (
     "nvidia.com/gpu",
@@ -32,6 +33,15 @@ class GpuNodesForSurplus(Enum):
     NEVER = "never"  # no CPU-only Ray pod, floor or surplus, ever lands on a GPU node
     SURPLUS = "surplus"  # surplus (overflow) workers may, scored low; floor pods never
     ALWAYS = "always"  # nobody is filtered; GPU nodes only score low
+
+
+class NodeAutoscaler(Enum):
+    """Does a node autoscaler bring nodes for pending pods? (An all-or-nothing scale-up is
+    released whole where one does: ``raygate.plugin.scale_up``.)"""
+
+    AUTO = "auto"  # yes where Karpenter's NodeClaims are served
+    PRESENT = "present"  # yes: Cluster Autoscaler, say, which serves no API to see
+    ABSENT = "absent"
 
 
 class ConfigError(ValueError):
@@ -91,6 +101,14 @@ class PolicyConfig:
     status calls it ``Stuck``. Default 600 s: room for a large Ray image pull on a cold
     node, well under the Ray autoscaler's 3600 s allocation timeout."""
 
+    node_autoscaler: NodeAutoscaler = NodeAutoscaler.AUTO
+    """``auto | present | absent``; see ``NodeAutoscaler``. Default ``auto``."""
+
+    scale_up_settle_seconds: float = 2.0
+    """Seconds an all-or-nothing scale-up must go without a new worker before it is
+    complete and may be released. Default 2 s: KubeRay creates one scale-up's workers in
+    one reconcile, well within it."""
+
 
 class _Bad(ValueError):
     """One setting's value cannot be used; the message says where and why."""
@@ -129,6 +147,13 @@ def _surplus_mode(value: Any, path: str) -> GpuNodesForSurplus:
     return GpuNodesForSurplus(value)
 
 
+def _node_autoscaler(value: Any, path: str) -> NodeAutoscaler:
+    allowed = [m.value for m in NodeAutoscaler]
+    if value not in allowed:
+        raise _Bad(f"{path}: expected one of {', '.join(allowed)}, got {value!r}")
+    return NodeAutoscaler(value)
+
+
 def _score_scale(value: Any, path: str) -> float:
     scale = _number(value)
     if scale is None or not 0 <= scale < 1e9:
@@ -153,6 +178,8 @@ _POLICY_KEYS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "volcanoScoreScale": ("volcano_score_scale", _score_scale),
     "stuckUnboundSeconds": ("stuck_unbound_seconds", _stuck_seconds),
     "stuckStartingSeconds": ("stuck_starting_seconds", _stuck_seconds),
+    "nodeAutoscaler": ("node_autoscaler", _node_autoscaler),
+    "scaleUpSettleSeconds": ("scale_up_settle_seconds", _guard_seconds),
 }
 """Each key of the file's ``policy:`` section: the ``PolicyConfig`` field and its check."""
 

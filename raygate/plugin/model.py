@@ -14,6 +14,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Protocol
 
+from raygate.plugin.constraints import NodeConstraints, Taint
 from raygate.plugin.devices import ClaimView, GpuDevices, PodClaim
 
 __all__ = [
@@ -143,6 +144,9 @@ class PodView:
     scheduling_gates: tuple[str, ...] = ()
     node_affinity: NodeAffinityShape | None = None
     """Kept only while raygate's placement gate is on the pod: its release patch needs it."""
+    constraints: NodeConstraints | None = None
+    """Kept only while raygate's placement gate is on the pod: whether a held scale-up
+    fits the nodes (``raygate.plugin.scale_up``) needs them."""
     resource_claims: tuple[PodClaim, ...] = ()
     """``spec.resourceClaims``: the DRA claims its containers may use."""
     scheduling_group: str = ""
@@ -201,6 +205,8 @@ class NodeView:
     labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
     allocatable: Mapping[str, int] = field(default_factory=lambda: EMPTY)
     unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
+    """Those that keep pods off (``NoSchedule``, ``NoExecute``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +228,8 @@ class RayClusterView:
     suspended: bool = False
     worker_groups: tuple[WorkerGroupSpec, ...] = ()
     labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
+    all_or_nothing: bool = False
+    """Annotated ``raygate.io/scale-up: all-or-nothing`` (``raygate.plugin.scale_up``)."""
 
     def worker_group(self, name: str) -> WorkerGroupSpec | None:
         for group in self.worker_groups:
@@ -318,6 +326,9 @@ class ClusterView(Protocol):
     def node(self, name: str) -> NodeView | None:
         ...
 
+    def nodes(self) -> tuple[NodeView, ...]:
+        ...
+
     def is_gpu_node(self, name: str) -> bool | None:
         """True/False for a known node; None for a node the cache has never seen."""
         ...
@@ -326,6 +337,9 @@ class ClusterView(Protocol):
         ...
 
     def pods_on_node(self, name: str) -> tuple[PodView, ...]:
+        ...
+
+    def requested_on(self, name: str) -> Mapping[str, int]:  # terminating pods included
         ...
 
     def group_pods(self, key: GroupKey) -> tuple[PodView, ...]:

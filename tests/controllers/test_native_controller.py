@@ -14,13 +14,14 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from raygate.plugin.config import PolicyConfig
+from raygate.plugin.config import NodeAutoscaler, PolicyConfig
 from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE
+from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.controllers.placement import FAIL_OPEN_AFTER, NativePlacement
 from raygate.server.kube.transport import ApiError, TransportError
 from raygate.server.metrics.registry import Metrics
-from testkit.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster
+from testkit.builders import T0_EPOCH, Obj, iso, make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, snapshot_of
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -187,3 +188,64 @@ def test_a_pod_released_or_deleted_meanwhile_is_not_patched_again_at_once(code: 
 
     run(api, steps)
     assert len(api.calls) == 1
+
+
+def all_or_nothing(count: int, node_cpu: str) -> list[Obj]:
+    """A RayCluster of ``raygate.io/scale-up: all-or-nothing`` with its head running on the
+    one node, and a scale-up of ``count`` 2-CPU workers at the gate (no floor)."""
+    cluster = (make_raycluster("rc").autoscaling().group("g", min=0, max=8, cpu="2")
+               .annotate(ANNOTATION, ALL_OR_NOTHING).obj())
+    head = make_pod("rc-head").head("rc").requests(cpu="1").on("a").obj()
+    return [cluster, make_node("a").allocatable(cpu=node_cpu).obj(), head,
+            *(make_pod(f"w{i}").ray("rc", "g").gated(GATE).requests(cpu="2")
+              .created(iso(T0_EPOCH + i)).obj() for i in range(count))]
+
+
+def test_an_all_or_nothing_scale_up_is_held_then_released_whole_once_it_fits() -> None:
+    api = FakeApi(all_or_nothing(4, node_cpu="5"))  # room for two of four
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        await settle()
+        clock.now += 5  # long complete
+        await settle()
+        assert api.calls == [], "two fit, four asked: none goes"
+        api.objects.append(make_node("b").allocatable(cpu="4").obj())
+        cache.publish(snapshot_of(*api.objects))  # a node with room for the other two
+        await settle()
+
+    run(api, steps)
+    assert sorted(name for name, _ in api.calls) == ["w0", "w1", "w2", "w3"]
+    assert {api.pod(f"w{i}")["metadata"]["labels"][LABEL_ROLE] for i in range(4)} == {"surplus"}
+
+
+def test_an_all_or_nothing_scale_up_waits_until_it_is_complete() -> None:
+    api = FakeApi(all_or_nothing(2, node_cpu="16"))
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        await settle()
+        assert api.calls == [], "seen just now: more workers of the scale-up may come"
+        api.objects += all_or_nothing(3, node_cpu="16")[-1:]  # w2 comes
+        cache.publish(snapshot_of(*api.objects))
+        clock.now += 1.5
+        await settle()
+        assert api.calls == [], "w2 came 1.5 s ago: not complete yet"
+        clock.now += 2.5
+        await settle()
+
+    run(api, steps)
+    assert sorted(name for name, _ in api.calls) == ["w0", "w1", "w2"]
+
+
+def test_with_a_node_autoscaler_the_scale_up_goes_whole_whatever_fits() -> None:
+    api = FakeApi(all_or_nothing(4, node_cpu="1"))  # room for none
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        cache.publish(snapshot_of(*api.objects, config=PolicyConfig(
+            node_autoscaler=NodeAutoscaler.PRESENT)))
+        await settle()
+        assert api.calls == [], "not complete yet"
+        clock.now += 3
+        await settle()
+
+    run(api, steps)
+    assert sorted(name for name, _ in api.calls) == ["w0", "w1", "w2", "w3"]

@@ -173,6 +173,7 @@ def test_exactly_the_pods_not_running_are_listed(scenario: str) -> None:
 
 def test_every_rule_is_reached_by_a_fixture() -> None:
     reached = {e[3] for e in EXPECTED} | {"gang-not-enough-resources"}  # see test below
+    reached |= {"scale-up-held"}  # tests/plugin/test_scale_up.py
     assert reached == {r.name for r in POD_RULES}
 
 

@@ -78,3 +78,16 @@ def test_the_pods_name_their_gang() -> None:
     assert cluster is not None
     assert podgroup_names(cluster, snap.cluster_pods("ray", "rc")) == [
         "ray-rc-pg", "rc-cluster"]
+
+
+def test_a_member_nominated_while_its_gang_is_bound_is_not_called_a_preemption() -> None:
+    # kube-scheduler 1.37 nominates the members of a gang it placed just before it binds
+    # them (seen in e2e/test_gangs_native.py): nothing was preempted.
+    group = make_gang_group("rc-cluster", 3)
+    pods = members(None, None, None)
+    pods[0]["status"]["nominatedNodeName"] = "cpu-b"
+    status = status_of([group, *pods])
+    head = next(p for p in status.pods if p.name == "h")
+    assert (head.state, head.rule) == (PodState.WAITING_FOR_CAPACITY, "nominated-node")
+    assert "with its gang rc-cluster: the gang's placement is being bound" in head.reason
+    assert "preemption made room" not in head.reason

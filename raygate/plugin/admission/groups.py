@@ -44,6 +44,8 @@ class _GroupFacts:
     states: Mapping[PodState, int]
     no_node: str = ""
     """The reason of the first ``NoNodeComing`` pod, as the autoscaler said it."""
+    held: str = ""
+    """The reason of the first pod held with an all-or-nothing scale-up."""
 
 
 def _count(states: Mapping[PodState, int], state: PodState) -> str:
@@ -76,6 +78,8 @@ SCALE_UP_RULES: tuple[ScaleUpRule, ...] = (
     ScaleUpRule("no-node-coming", lambda g: PodState.NO_NODE_COMING in g.states, ScaleUp.HOLD,
                 lambda g: (f"{_count(g.states, PodState.NO_NODE_COMING)} will get no node, "
                            f"and more would get none either: {g.no_node}")),
+    ScaleUpRule("scale-up-held", lambda g: bool(g.held), ScaleUp.HOLD,
+                lambda g: f"raygate holds {g.held}; more workers would join it"),
     ScaleUpRule("waiting-for-capacity", lambda g: PodState.WAITING_FOR_CAPACITY in g.states,
                 ScaleUp.HOLD,
                 lambda g: (f"{_count(g.states, PodState.WAITING_FOR_CAPACITY)} already "
@@ -127,17 +131,19 @@ def group_status(
 ) -> tuple[GroupStatus, float | None]:
     key = GroupKey(cluster.namespace, cluster.name, group)
     states: dict[PodState, int] = {}
-    no_node = ""
+    no_node = held = ""
     for status in pods:
         if status.state in PENDING_STATES:
             states[status.state] = states.get(status.state, 0) + 1
         if status.state is PodState.NO_NODE_COMING and not no_node:
             no_node = status.reason
+        if status.rule == "scale-up-held" and not held:
+            held = status.reason
     # A preemption counts while it is inside the thrash-guard window; it leaves the count
     # (and the status changes) at `at + window`.
     window = config.thrash_guard_seconds
     inside = [r.at + window for r in view.preemptions(key) if window > 0 and now < r.at + window]
-    facts = _GroupFacts(cluster, group, gang, states, no_node)
+    facts = _GroupFacts(cluster, group, gang, states, no_node, held)
     rule = _scale_up(facts)
     running = sum(1 for p in view.group_pods(key) if is_running(p))
     return GroupStatus(

@@ -24,6 +24,7 @@ from raygate.plugin.model import (
     PodView,
 )
 from raygate.plugin.native import GATE
+from raygate.plugin.scale_up import Batch
 
 ASKS_FOR_A_NODE = frozenset({
     SchedulerVerdict.CAPACITY, SchedulerVerdict.CONSTRAINTS, SchedulerVerdict.OTHER})
@@ -56,6 +57,14 @@ class PodFacts:
     verdict: SchedulerVerdict
     node: NodeSignal | None = None
     """What the node autoscaler said of this pod (``autoscalers.node_signal``)."""
+    batch: Batch | None = None
+    """The RayCluster's all-or-nothing scale-up held at raygate's gate, if any."""
+
+    @property
+    def held(self) -> bool:
+        """Held at raygate's gate with its scale-up, which does not go yet."""
+        return (self.batch is not None and not self.batch.release
+                and any(p.uid == self.pod.uid for p in self.batch.pods))
 
     @property
     def bound(self) -> bool:
@@ -151,6 +160,9 @@ class PodRule:
     since: Callable[[PodFacts], float | None]
     until: Callable[[PodFacts], float | None] | None = None
     """The ``now`` from which this rule may stop applying with the same inputs."""
+    why: str = ""
+    """Why its advice holds, where the state's general reason (``POD_ADVICE``) does not
+    fit the rule."""
 
 
 def _before(deadline: float | None, now: float) -> bool:
@@ -187,7 +199,12 @@ POD_RULES: tuple[PodRule, ...] = (
     PodRule(
         "nominated-node", PodState.WAITING_FOR_CAPACITY,
         lambda f: bool(f.pod.nominated_node_name),
-        lambda f: (f"preemption made room on {f.pod.nominated_node_name}; waiting for the "
+        # kube-scheduler 1.37 also nominates the members of a gang it has placed, just
+        # before it binds them: no preemption is needed for that.
+        lambda f: (f"nominated to {f.pod.nominated_node_name} with its gang "
+                   f"{f.pod.scheduling_group}: the gang's placement is being bound, or a "
+                   "preemption is making room there" if f.pod.scheduling_group else
+                   f"preemption made room on {f.pod.nominated_node_name}; waiting for the "
                    "victims to leave"),
         lambda f: f.verdict_since),
     # The node autoscaler's word on a pod the scheduler refused (autoscalers.py).
@@ -220,6 +237,13 @@ POD_RULES: tuple[PodRule, ...] = (
         lambda f: f.verdict is SchedulerVerdict.GANG,
         lambda f: f"the scheduler waits for the rest of the gang; {_scheduler_said(f)}",
         lambda f: f.verdict_since),
+    PodRule(
+        "scale-up-held", PodState.WAITING_FOR_CAPACITY,
+        lambda f: f.held,
+        lambda f: f.batch.reason if f.batch is not None else "",
+        lambda f: f.batch.since if f.batch is not None else None,
+        why="raygate releases the whole scale-up once all of it fits; a replacement would "
+        "join the same hold"),
     PodRule(
         # raygate's own gate, alone: raygate is writing its placement into the pod (for
         # well under a second, or ``placement.waitSeconds`` while its RayCluster is unknown).
@@ -311,7 +335,7 @@ class PodStatus:
 
 def pod_facts(pod: PodView, gang: GangFacts, config: PolicyConfig, now: float,
               siblings: Mapping[str, Condition] = MappingProxyType({}), *,
-              view: ClusterView | None = None) -> PodFacts:
+              view: ClusterView | None = None, batch: Batch | None = None) -> PodFacts:
     """``siblings``: per worker group, the ``PodScheduled`` verdict of one of its pods,
     lent to a pod Volcano skipped for that sibling's failure. ``view``: where the node
     autoscalers' events are read (none without it)."""
@@ -324,7 +348,7 @@ def pod_facts(pod: PodView, gang: GangFacts, config: PolicyConfig, now: float,
         since = scheduled.last_transition if scheduled is not None else None
         node = node_signal(pod, view, config, now, since)
     return PodFacts(pod, gang.status, gang.capacity, config, now,
-                    true_condition(pod, "DisruptionTarget"), scheduled, verdict, node)
+                    true_condition(pod, "DisruptionTarget"), scheduled, verdict, node, batch)
 
 
 def derive_pod(facts: PodFacts) -> tuple[PodStatus, float | None]:
@@ -333,6 +357,7 @@ def derive_pod(facts: PodFacts) -> tuple[PodStatus, float | None]:
     for rule in POD_RULES:
         if rule.applies(facts):
             action, why = POD_ADVICE[rule.state]
+            why = rule.why or why
             pod = facts.pod
             status = PodStatus(
                 pod.name, pod.uid, pod.group_key.group, pod.node_name, rule.state,

@@ -19,6 +19,11 @@ from raygate.plugin.model import (
     PodView,
     RayClusterView,
 )
+from raygate.plugin.scale_up import scale_up_batch
+
+HELD_BATCH_RECHECK_SECONDS = 1.0
+"""How often a held scale-up's status is derived again: the nodes it may fit on are no
+input the cache tracks per RayCluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +65,15 @@ def admission_status(
     deadlines: list[float] = []
     statuses: list[PodStatus] = []
     siblings = sibling_verdicts(pods)
+    batch = scale_up_batch(cluster, view, config, now)
+    if batch is not None and not batch.release:
+        # Whether it fits reads every node: look again each second while it is held.
+        deadlines.append(now + HELD_BATCH_RECHECK_SECONDS)
     for pod in pods:
         if not is_listed(pod):
             continue
-        status, until = derive_pod(pod_facts(pod, gang, config, now, siblings, view=view))
+        status, until = derive_pod(pod_facts(pod, gang, config, now, siblings, view=view,
+                                             batch=batch))
         statuses.append(status)
         if until is not None:
             deadlines.append(until)

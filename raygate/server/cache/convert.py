@@ -16,17 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
 
 from raygate.contract.errors import BadRequest
 from raygate.plugin.admission.autoscalers import wanted
+from raygate.plugin.constraints import Taint
 from raygate.plugin.devices import PodClaim
 from raygate.plugin.model import (
     EMPTY,
     Condition,
     ContainerResources,
     GangGroupView,
-    NodeAffinityShape,
     NodeClaimView,
     NodeView,
     OwnerRef,
@@ -37,8 +36,9 @@ from raygate.plugin.model import (
     WorkerGroupSpec,
     WorkloadView,
 )
-from raygate.plugin.native import GATE
 from raygate.plugin.quantity import QuantityError, parse_milli
+from raygate.plugin.scale_up import ALL_OR_NOTHING, KEEPS_PODS_OFF
+from raygate.server.cache.convert_gated import UNGATED, gated
 from raygate.server.cache.memo import Memo
 from raygate.server.wire import kube
 
@@ -88,35 +88,6 @@ def resources(values: kube.ResourceList | None, path: str) -> Mapping[str, int]:
         except QuantityError as exc:
             raise ConversionError(f"{path}.{name}", str(exc)) from None
     return MappingProxyType(out)
-
-
-_UNGATED: tuple[tuple[str, ...], None] = ((), None)
-
-
-def _gates(spec: kube.PodSpec) -> tuple[tuple[str, ...], NodeAffinityShape | None]:
-    """The pod's scheduling gates, and the shape of its node affinity while raygate's own
-    gate holds it (what the release patch needs; no other pod keeps it)."""
-    gates = tuple(g.name for g in spec.scheduling_gates or ())
-    return gates, (_affinity_shape(spec.affinity) if GATE in gates else None)
-
-
-def _affinity_shape(affinity: Any) -> NodeAffinityShape:
-    """The shape of ``spec.affinity`` as decoded (plain JSON values: the API server has
-    validated it; anything else reads as absent)."""
-    if not isinstance(affinity, dict):
-        return NodeAffinityShape()
-    node = affinity.get("nodeAffinity")
-    if not isinstance(node, dict):
-        return NodeAffinityShape(affinity=True)
-    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
-    terms = None
-    if isinstance(required, dict):
-        listed = required.get("nodeSelectorTerms")
-        terms = tuple(isinstance(t, dict) and isinstance(t.get("matchExpressions"), list)
-                      for t in (listed if isinstance(listed, list) else ()))
-    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
-    return NodeAffinityShape(affinity=True, node_affinity=True, required_terms=terms,
-                             preferred=isinstance(preferred, list))
 
 
 def _controller(refs: list[kube.OwnerReference] | None) -> OwnerRef | None:
@@ -181,7 +152,7 @@ class PodViews:
         if spec.init_containers:
             init_containers = tuple(self._container(c, path, ".spec.initContainers[%d]", i)
                                     for i, c in enumerate(spec.init_containers))
-        gates, shape = _gates(spec) if spec.scheduling_gates else _UNGATED
+        gates, shape, constraints = gated(spec) if spec.scheduling_gates else UNGATED
         return PodView(
             uid=meta.uid,
             namespace=meta.namespace,
@@ -201,6 +172,7 @@ class PodViews:
             nominated_node_name=status.nominated_node_name or "",
             scheduling_gates=gates,
             node_affinity=shape,
+            constraints=constraints,
             resource_claims=pod_claims(spec.resource_claims),
             scheduling_group=(spec.scheduling_group.pod_group_name or ""
                               if spec.scheduling_group is not None else ""),
@@ -276,6 +248,8 @@ def node_view(node: kube.Node, path: str = "$") -> NodeView:
         labels=node.metadata.labels or {},
         allocatable=resources(node.status.allocatable, f"{path}.status.allocatable"),
         unschedulable=bool(node.spec.unschedulable),
+        taints=tuple(Taint(t.key, t.value or "", t.effect) for t in node.spec.taints or ()
+                     if t.effect in KEEPS_PODS_OFF),
     )
 
 
@@ -304,6 +278,8 @@ def raycluster_view(rc: kube.RayCluster, path: str = "$") -> RayClusterView:
         suspended=bool(rc.spec.suspend),
         worker_groups=tuple(groups),
         labels=rc.metadata.labels or {},
+        all_or_nothing=(rc.metadata.annotations is not None
+                        and rc.metadata.annotations.scale_up == ALL_OR_NOTHING),
     )
 
 

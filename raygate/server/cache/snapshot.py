@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from immutables import Map
 
+from raygate.plugin.classify import pod_requests
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.devices import ClaimView, GpuDevices, gpu_devices
 from raygate.plugin.model import (
+    EMPTY,
     GangGroupView,
     GroupKey,
     NodeClaimView,
@@ -47,6 +51,7 @@ from raygate.server.cache.autoscaling import latest
 from raygate.server.cache.indexes import PRIMARY, Indexes
 from raygate.server.cache.keys import (
     KINDS,
+    NODE,
     RAYCLUSTER,
     ClusterKey,
     ClusterObjects,
@@ -54,6 +59,7 @@ from raygate.server.cache.keys import (
     View,
 )
 from raygate.server.cache.maps import Entry, _values
+from raygate.server.cache.memo import Memo
 
 V = TypeVar("V")
 
@@ -77,6 +83,31 @@ def _held(table: Map[Any, Entry[V]], key: Any) -> V | None:
     return None if entry is None else entry[1]
 
 
+class _Requested:
+    """Per node, the summed requests of the pods on it (terminal ones aside), memoised by
+    the identity of the node's pod map: an edit replaces only the maps of the nodes it
+    touched, so across snapshots an unchanged node is summed once, and nothing is summed
+    until asked (only a held all-or-nothing scale-up asks)."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self._memo: Memo[int, tuple[Map[str, PodView], Mapping[str, int]]] = Memo(limit)
+
+    def of(self, pods: Map[str, PodView] | None) -> Mapping[str, int]:
+        if pods is None:
+            return EMPTY
+        hit = self._memo.get(id(pods))
+        if hit is not None and hit[0] is pods:
+            return hit[1]
+        total: dict[str, int] = {}
+        for pod in pods.values():
+            if not pod.terminal:  # a terminating pod still holds its room
+                for resource, amount in pod_requests(pod).items():
+                    total[resource] = total.get(resource, 0) + amount
+        # The map is kept with its sum, so its id cannot be reused while the entry lives.
+        return self._memo.put(id(pods), (pods, MappingProxyType(total)))[1]
+
+
+_REQUESTED = _Requested()
 _serials = itertools.count(1)
 """Snapshot serial numbers, unique in the process."""
 
@@ -129,6 +160,9 @@ class Snapshot:
     def node(self, name: str) -> NodeView | None:
         return _held(self.indexes.nodes, name)
 
+    def nodes(self) -> tuple[NodeView, ...]:
+        return self._node_views
+
     def is_gpu_node(self, name: str) -> bool | None:
         return self.node_classes.get(name)
 
@@ -137,6 +171,9 @@ class Snapshot:
 
     def pods_on_node(self, name: str) -> tuple[PodView, ...]:
         return _values(self.indexes.by_node.get(name))
+
+    def requested_on(self, name: str) -> Mapping[str, int]:
+        return _REQUESTED.of(self.indexes.by_node.get(name))
 
     def group_pods(self, key: GroupKey) -> tuple[PodView, ...]:
         return _values(self.indexes.by_group.get(key))
@@ -191,6 +228,10 @@ class Snapshot:
     @cached_property
     def _raycluster_views(self) -> tuple[RayClusterView, ...]:
         return self._views(RAYCLUSTER)
+
+    @cached_property
+    def _node_views(self) -> tuple[NodeView, ...]:
+        return self._views(NODE)
 
     def _views(self, kind: str) -> tuple[Any, ...]:
         return tuple(view for _, view in self.primary(kind).values())

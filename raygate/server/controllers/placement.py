@@ -48,6 +48,7 @@ from raygate.plugin.native import (
     release_role,
 )
 from raygate.plugin.placement import decide
+from raygate.plugin.scale_up import gated_pods, scale_up_batch
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.kube.transport import ApiError
@@ -185,21 +186,45 @@ class NativePlacement:
             self._failures.pop(uid, None)
 
     def _release_cluster(self, snap: Snapshot, key: _ClusterKey, now: float) -> int:
-        gated = [p for p in snap.cluster_pods(*key)
-                 if GATE in p.scheduling_gates and p.uid not in self._claims
-                 and p.deleted is None]
-        gated.sort(key=lambda p: (p.created or 0.0, p.name))
+        gated = [p for p in gated_pods(snap, *key) if p.uid not in self._claims]
+        for pod in gated:
+            self._seen.setdefault(pod.uid, now)
+        held = self._held_back(snap, key, now)
         sent = 0
         for pod in gated:
-            first_seen = self._seen.setdefault(pod.uid, now)
             failures = self._failures.get(pod.uid)
-            if (failures is not None and failures.retry_at > now) or (
-                    snap.raycluster(*key) is None and now - first_seen < self.wait_seconds):
+            if (failures is not None and failures.retry_at > now) or pod.uid in held or (
+                    snap.raycluster(*key) is None
+                    and now - self._seen[pod.uid] < self.wait_seconds):
                 self._waiting.add(key)
                 continue
             self._release(snap, pod, now)
             sent += 1
         return sent
+
+    def _held_back(self, snap: Snapshot, key: _ClusterKey, now: float) -> frozenset[str]:
+        """The pods of the cluster's all-or-nothing scale-up, unless it goes whole now:
+        complete (no new pod for ``scaleUpSettleSeconds``), none waiting out a failed
+        release, and all fit or a node autoscaler runs (``plugin.scale_up``)."""
+        cluster = snap.raycluster(*key)
+        if cluster is None or not cluster.all_or_nothing:
+            return frozenset()
+        claimed = {uid: claim.role for uid, claim in self._claims.items()}
+        batch = scale_up_batch(cluster, snap, snap.config, now, claimed)
+        if batch is None:
+            return frozenset()
+        uids = frozenset(p.uid for p in batch.pods)
+        complete_at = (max(self._seen[uid] for uid in uids)
+                       + snap.config.scale_up_settle_seconds)
+        retrying = any(self._failures[uid].retry_at > now for uid in uids
+                       if uid in self._failures)
+        if now < complete_at:
+            self._wake(complete_at - now)
+        elif batch.release and not retrying:
+            log.info("%s/%s: %s", *key, batch.reason,
+                     extra=about(namespace=key[0], raycluster=key[1]))
+            return frozenset()
+        return uids
 
     def _release(self, snap: Snapshot, pod: PodView, now: float) -> None:
         assert self._loop is not None

@@ -71,6 +71,13 @@ class PodResourceClaim(_Base):
     resource_claim_template_name: str | None = None
 
 
+class Toleration(_Base):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
 class SchedulingGroup(_Base):
     pod_group_name: str | None = None
 
@@ -87,6 +94,8 @@ class PodSpec(_Base):
     holds; any JSON is accepted here (a pod's affinity never fails a request)."""
     resource_claims: list[PodResourceClaim] | None = None
     scheduling_group: SchedulingGroup | None = None
+    tolerations: list[Toleration] | None = None
+    node_selector: dict[str, str] | None = None
 
 
 class Condition(_Base):
@@ -119,8 +128,15 @@ class ObjectMeta(_Base):
     owner_references: list[OwnerReference] | None = None
 
 
+class Taint(_Base):
+    key: str = ""
+    value: str | None = None
+    effect: str = ""
+
+
 class NodeSpec(_Base):
     unschedulable: bool | None = None
+    taints: list[Taint] | None = None
 
 
 class NodeStatus(_Base):
@@ -148,8 +164,18 @@ class RayClusterSpec(_Base):
     worker_group_specs: list[WorkerGroupSpec] | None = None
 
 
+class RayClusterAnnotations(msgspec.Struct, omit_defaults=True):
+    """Only the annotation raygate reads."""
+
+    scale_up: str | None = msgspec.field(default=None, name="raygate.io/scale-up")
+
+
+class RayClusterMeta(ObjectMeta):
+    annotations: RayClusterAnnotations | None = None
+
+
 class RayCluster(_Base):
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: RayClusterMeta = msgspec.field(default_factory=RayClusterMeta)
     spec: RayClusterSpec = msgspec.field(default_factory=RayClusterSpec)
 
 

@@ -1,0 +1,130 @@
+"""The all-or-nothing scale-up (``raygate.io/scale-up: all-or-nothing``) on the real Ray
+autoscaler (Ray 2.60, v2, under ``raygate-autoscaler``), KubeRay and kube-scheduler, no
+node autoscaler: the Ray autoscaler asks for four 2-CPU workers at once on a cluster with
+room for one. raygate holds all four at its gate, past Ray's ALLOCATED timeout (30 s), and
+the admission API says what the batch waits for; a node with room comes and the four are
+released in one pass and bound. (With a node autoscaler: ``test_karpenter_seed.py``.)
+
+raygate's policy says ``nodeAutoscaler: absent`` for this scenario: a suite that ran the
+Karpenter scenarios first leaves Karpenter's CRDs served, which ``auto`` reads as Karpenter
+running.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e import report
+from e2e.admission import AdmissionRecorder
+from e2e.objects import Group, node, raycluster
+from e2e.policy import policy_changed
+from e2e.scenario import Scenario, wait_until
+from e2e.test_autoscaler import TIMEOUT, overflow, per_minute, ray_cluster
+from raygate.plugin.native import LABEL_ROLE
+from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION
+from testbed.cluster import Testbed
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+WORKERS = 4
+SPREAD = 2.0
+"""Seconds within which the releases of one batch must all be seen: raygate sends them in
+one pass of its loop, a few patches in parallel; anything wider is two passes."""
+
+
+class Releases:
+    """When each pod was first seen released by raygate (labelled with its role), from the
+    scenario's pod watch."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        scenario.observers.append(self._observe)
+
+    def _observe(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        if LABEL_ROLE in (meta.get("labels") or {}):
+            with self._lock:
+                self.at.setdefault(meta["name"], self.scenario.now())
+
+    def of(self, names: list[str]) -> list[float]:
+        with self._lock:
+            return [self.at[n] for n in names if n in self.at]
+
+    def table(self, names: list[str]) -> str:
+        with self._lock:
+            rows = [f"| {n} | {self.at[n]:.1f} |" if n in self.at else f"| {n} | held |"
+                    for n in names]
+        return "| pod | released at (s) |\n|---|---:|\n" + "\n".join(rows) + "\n"
+
+
+def all_or_nothing_raycluster(scenario: Scenario) -> dict[str, Any]:
+    """A 1-CPU head (Ray gets none of it) and ``overflow``: 0..4 workers of 2 CPU, all
+    surplus, released all or nothing."""
+    body = raycluster("work", scenario.namespace, scenario.name,
+                      [Group("overflow", 0, "2", min=0, max=WORKERS)], head_cpu="1")
+    body["metadata"]["annotations"] = {ANNOTATION: ALL_OR_NOTHING}
+    body["spec"]["autoscalerOptions"] = {"version": "v2", "upscalingMode": "Aggressive"}
+    body["spec"]["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}
+    return body
+
+
+@pytest.fixture
+def no_node_autoscaler(testbed: Testbed) -> Iterator[None]:
+    with policy_changed(testbed, lambda policy: policy.update(nodeAutoscaler="absent")):
+        yield
+
+
+def test_a_scale_up_is_held_whole_then_released_whole(
+        scenario: Scenario, testbed: Testbed, reader_token: str,
+        no_node_autoscaler: None) -> None:
+    admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
+                                  scenario.started)
+    releases = Releases(scenario)
+    try:
+        with ray_cluster(scenario, testbed, raygate=True,
+                         body=all_or_nothing_raycluster(scenario),
+                         demand=[{"CPU": 2}] * WORKERS) as ray:
+            pods = wait_until(f"{WORKERS} overflow pods", lambda: (
+                [h.name for h in overflow(scenario)] if len(overflow(scenario)) >= WORKERS
+                else None), timeout=60)
+            scenario.step(f"{WORKERS} overflow pods created; room for one")
+            for name in pods:
+                admission.wait_for_state(name, "WaitingForCapacity", timeout=30)
+            scenario.step("raygate's admission API: all held, WaitingForCapacity")
+            time.sleep(TIMEOUT + 10)
+            scenario.step(f"watched {TIMEOUT + 10} s: past Ray's ALLOCATED timeout")
+            assert releases.of(pods) == [], "one fits, four asked: none may go"
+            assert not any(h.deleting for h in overflow(scenario)), "held pods are kept"
+            held = admission.status("work")
+            added = scenario.now()
+            scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))
+            scenario.step("added an 8-CPU node: room for all four")
+            wait_until("all four bound", lambda: all(
+                h.bound for h in overflow(scenario) if h.name in pods), timeout=60)
+            scenario.step("all four bound")
+            decisions = ray.decisions(scenario)
+    finally:
+        admission.close()
+    released = releases.of(pods)
+    assert len(released) == WORKERS and min(released) >= added
+    assert max(released) - min(released) < SPREAD, f"one release of the batch: {released}"
+    assert [h.name for h in overflow(scenario)] == pods, "none deleted and recreated"
+    assert held is not None
+    reasons = {p.reason for p in held.pods if p.name in pods}
+    assert len(reasons) == 1 and "held together until all fit: 1 of 4" in reasons.pop()
+    group = next(g for g in held.groups if g.name == "overflow")
+    assert group.scale_up.action == "hold", group
+    report.add("scale-up-1-held", scenario.timeline(
+        "All-or-nothing scale-up, no node autoscaler: the Ray autoscaler asks for four "
+        "workers, one fits; raygate holds all four past Ray's timeout, then releases them "
+        "in one pass when a node with room comes")
+        + "\nraygate's releases:\n\n" + releases.table(pods)
+        + per_minute(scenario) + decisions
+        + "\nraygate's admission API about the RayCluster's pods:\n\n" + admission.table())

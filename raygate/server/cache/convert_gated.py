@@ -1,0 +1,71 @@
+"""What a pod keeps while raygate's placement gate holds it: the shape of its node affinity
+(the release patch adds to what is there) and where it may go (whether a held
+all-or-nothing scale-up fits the nodes, ``raygate.plugin.scale_up``). No other pod keeps
+either: they are read from ``spec.affinity``, ``spec.nodeSelector`` and
+``spec.tolerations`` as the API server validated them."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from raygate.plugin.constraints import NodeConstraints, NodeRequirement, Toleration
+from raygate.plugin.model import NodeAffinityShape
+from raygate.plugin.native import GATE
+from raygate.server.wire import kube
+
+__all__ = ["UNGATED", "Gated", "gated"]
+
+Gated = tuple[tuple[str, ...], NodeAffinityShape | None, NodeConstraints | None]
+UNGATED: Gated = ((), None, None)
+
+
+def gated(spec: kube.PodSpec) -> Gated:
+    """The pod's scheduling gates, and while raygate's own gate holds it the shape of its
+    node affinity (what the release patch needs) and where it may go (what a held
+    scale-up's fit needs); no other pod keeps them."""
+    gates = tuple(g.name for g in spec.scheduling_gates or ())
+    if GATE not in gates:
+        return gates, None, None
+    tolerations = tuple(
+        Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
+        for t in spec.tolerations or ())
+    return gates, _affinity_shape(spec.affinity), NodeConstraints(
+        MappingProxyType(dict(spec.node_selector or {})), _required_terms(spec.affinity),
+        tolerations)
+
+
+def _required_terms(affinity: Any) -> tuple[tuple[NodeRequirement, ...], ...] | None:
+    """The required node affinity's terms as decoded (plain JSON values the API server
+    validated; anything else reads as absent)."""
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = (node.get("requiredDuringSchedulingIgnoredDuringExecution")
+                if isinstance(node, dict) else None)
+    listed = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if not isinstance(listed, list):
+        return None
+    return tuple(tuple(
+        NodeRequirement(str(e.get("key", "")), str(e.get("operator", "")),
+                        tuple(str(v) for v in e.get("values") or ()))
+        for part in ("matchExpressions", "matchFields")
+        for e in (term.get(part) or () if isinstance(term, dict) else ())
+        if isinstance(e, dict)) for term in listed)
+
+
+def _affinity_shape(affinity: Any) -> NodeAffinityShape:
+    """The shape of ``spec.affinity`` as decoded (plain JSON values: the API server has
+    validated it; anything else reads as absent)."""
+    if not isinstance(affinity, dict):
+        return NodeAffinityShape()
+    node = affinity.get("nodeAffinity")
+    if not isinstance(node, dict):
+        return NodeAffinityShape(affinity=True)
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = None
+    if isinstance(required, dict):
+        listed = required.get("nodeSelectorTerms")
+        terms = tuple(isinstance(t, dict) and isinstance(t.get("matchExpressions"), list)
+                      for t in (listed if isinstance(listed, list) else ()))
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    return NodeAffinityShape(affinity=True, node_affinity=True, required_terms=terms,
+                             preferred=isinstance(preferred, list))
