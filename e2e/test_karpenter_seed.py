@@ -55,7 +55,14 @@ from e2e.nodeclaims import ClaimHistory, NodeClaims
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, gpu_job, raycluster
 from e2e.scenario import Scenario, wait_until
 from e2e.test_autoscaler import overflow, ray_cluster
-from e2e.test_scale_up import SPREAD, WORKERS, Releases, all_or_nothing_raycluster
+from e2e.test_scale_up import (
+    WORKERS,
+    Releases,
+    all_or_nothing_raycluster,
+    bound,
+    released_whole,
+    scale_up_pods,
+)
 from raygate.plugin.budgets import budget_name
 from testbed.cluster import Testbed
 from testbed.karpenter import Karpenter, node_pool
@@ -340,21 +347,13 @@ def test_all_or_nothing_scale_up_on_karpenter(
                          body=all_or_nothing_raycluster(scenario),
                          demand=[{"CPU": 2}] * WORKERS) as ray:
             head_claims = len(claims.history())
-            pods = wait_until(f"{WORKERS} overflow pods", lambda: (
-                [h.name for h in overflow(scenario)] if len(overflow(scenario)) >= WORKERS
-                else None), timeout=60)
-            scenario.step(f"{WORKERS} overflow pods created")
-            wait_until("all four bound", lambda: all(
-                h.bound for h in overflow(scenario) if h.name in pods), timeout=120)
-            scenario.step("all four bound")
+            pods = scale_up_pods(scenario)
+            bound(scenario, pods, timeout=120)
             decisions = ray.decisions(scenario)
     finally:
         admission.close()
-    released = releases.of(pods)
-    created = max(h.created for h in overflow(scenario) if h.name in pods)
-    assert len(released) == WORKERS and min(released) >= created
-    assert max(released) - min(released) < SPREAD, f"one release of the batch: {released}"
-    assert [h.name for h in overflow(scenario)] == pods, "none deleted and recreated"
+    released_whole(releases, pods,
+                   after=max(h.created for h in overflow(scenario) if h.name in pods))
     bought = claims.history()[head_claims:]
     assert bought and all(not h.gpu for h in bought), bought
     kinds = ", ".join(f"{h.instance_type or '?'}" for h in bought)

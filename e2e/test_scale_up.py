@@ -64,6 +64,30 @@ class Releases:
         return "| pod | released at (s) |\n|---|---:|\n" + "\n".join(rows) + "\n"
 
 
+def scale_up_pods(scenario: Scenario) -> list[str]:
+    """The names of the scale-up's workers, once KubeRay made all of them."""
+    names = wait_until(f"{WORKERS} overflow pods", lambda: (
+        [h.name for h in overflow(scenario)] if len(overflow(scenario)) >= WORKERS
+        else None), timeout=60)
+    scenario.step(f"{WORKERS} overflow pods created")
+    return names
+
+
+def bound(scenario: Scenario, pods: list[str], timeout: float) -> None:
+    wait_until("all of them bound", lambda: all(
+        h.bound for h in overflow(scenario) if h.name in pods), timeout=timeout)
+    scenario.step("all of them bound")
+
+
+def released_whole(releases: Releases, pods: list[str], after: float) -> None:
+    """Every pod released, in one pass of raygate's loop, after ``after``; none of the
+    scale-up deleted and recreated on the way."""
+    released = releases.of(pods)
+    assert len(released) == len(pods) and min(released) >= after, (released, after)
+    assert max(released) - min(released) < SPREAD, f"one release of the batch: {released}"
+    assert [h.name for h in overflow(releases.scenario)] == pods, "none deleted and recreated"
+
+
 def all_or_nothing_raycluster(scenario: Scenario) -> dict[str, Any]:
     """A 1-CPU head (Ray gets none of it) and ``overflow``: 0..4 workers of 2 CPU, all
     surplus, released all or nothing."""
@@ -91,10 +115,7 @@ def test_a_scale_up_is_held_whole_then_released_whole(
         with ray_cluster(scenario, testbed, raygate=True,
                          body=all_or_nothing_raycluster(scenario),
                          demand=[{"CPU": 2}] * WORKERS) as ray:
-            pods = wait_until(f"{WORKERS} overflow pods", lambda: (
-                [h.name for h in overflow(scenario)] if len(overflow(scenario)) >= WORKERS
-                else None), timeout=60)
-            scenario.step(f"{WORKERS} overflow pods created; room for one")
+            pods = scale_up_pods(scenario)
             for name in pods:
                 admission.wait_for_state(name, "WaitingForCapacity", timeout=30)
             scenario.step("raygate's admission API: all held, WaitingForCapacity")
@@ -106,16 +127,11 @@ def test_a_scale_up_is_held_whole_then_released_whole(
             added = scenario.now()
             scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))
             scenario.step("added an 8-CPU node: room for all four")
-            wait_until("all four bound", lambda: all(
-                h.bound for h in overflow(scenario) if h.name in pods), timeout=60)
-            scenario.step("all four bound")
+            bound(scenario, pods, timeout=60)
             decisions = ray.decisions(scenario)
     finally:
         admission.close()
-    released = releases.of(pods)
-    assert len(released) == WORKERS and min(released) >= added
-    assert max(released) - min(released) < SPREAD, f"one release of the batch: {released}"
-    assert [h.name for h in overflow(scenario)] == pods, "none deleted and recreated"
+    released_whole(releases, pods, after=added)
     assert held is not None
     reasons = {p.reason for p in held.pods if p.name in pods}
     assert len(reasons) == 1 and "held together until all fit: 1 of 4" in reasons.pop()

@@ -4,13 +4,9 @@ placement gate holds (``raygate.plugin.scale_up`` asks whether a held scale-up f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from raygate.plugin.model import NodeView
 
 __all__ = ["NodeConstraints", "NodeRequirement", "Taint", "Toleration"]
 
@@ -54,10 +50,10 @@ class NodeRequirement:
     operator: str
     values: tuple[str, ...] = ()
 
-    def matches(self, node: NodeView) -> bool:
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
         """k8s.io/apimachinery's label selector requirement, as a node selector reads it;
         an operator it does not know matches no node."""
-        value = node.name if self.key == "metadata.name" else node.labels.get(self.key)
+        value = name if self.key == "metadata.name" else labels.get(self.key)
         if self.operator == "In":
             return value in self.values
         if self.operator == "NotIn":
@@ -86,11 +82,12 @@ class NodeConstraints:
     required node affinity."""
     tolerations: tuple[Toleration, ...] = ()
 
-    def admits(self, node: NodeView) -> bool:
-        if any(node.labels.get(k) != v for k, v in self.selector.items()):
+    def admits(self, name: str, labels: Mapping[str, str], taints: Sequence[Taint]) -> bool:
+        """Whether the node ``name`` with ``labels`` and ``taints`` may take the pod."""
+        if any(labels.get(k) != v for k, v in self.selector.items()):
             return False
         # An empty term matches no node (core/v1's NodeSelectorTerm).
         if self.terms is not None and not any(
-                term and all(r.matches(node) for r in term) for term in self.terms):
+                term and all(r.matches(name, labels) for r in term) for term in self.terms):
             return False
-        return all(any(t.tolerates(taint) for t in self.tolerations) for taint in node.taints)
+        return all(any(t.tolerates(taint) for t in self.tolerations) for taint in taints)

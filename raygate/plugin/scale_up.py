@@ -169,7 +169,8 @@ def fit_count(pods: Sequence[tuple[PodView, bool]], view: ClusterView,
 def _allowed(pod: PodView, avoid_gpu: bool, view: ClusterView, node: NodeView) -> bool:
     if avoid_gpu and view.is_gpu_node(node.name):
         return False
-    return pod.constraints is None or pod.constraints.admits(node)
+    return pod.constraints is None or pod.constraints.admits(node.name, node.labels,
+                                                              node.taints)
 
 
 def _free(node: NodeView, view: ClusterView) -> dict[str, int]:

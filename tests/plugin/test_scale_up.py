@@ -13,7 +13,7 @@ from raygate.plugin.admission import admission_status
 from raygate.plugin.admission.states import PodState, ScaleUp
 from raygate.plugin.config import NodeAutoscaler, PolicyConfig, policy_config_from_mapping
 from raygate.plugin.constraints import NodeConstraints, NodeRequirement, Taint, Toleration
-from raygate.plugin.model import NodeClaimView, NodeView
+from raygate.plugin.model import NodeClaimView
 from raygate.plugin.native import GATE
 from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION, scale_up_batch
 from raygate.server.cache.editor import SnapshotEditor
@@ -193,8 +193,8 @@ def test_only_nodes_the_pods_may_use_count() -> None:
 ])
 def test_node_requirements_as_a_node_selector_reads_them(
         requirement: NodeRequirement, labels: dict[str, str], matched: bool) -> None:
-    assert requirement.matches(NodeView("n", labels)) is matched
-    assert NodeConstraints(terms=((requirement,), ())).admits(NodeView("n", labels)) is matched
+    assert requirement.matches("n", labels) is matched
+    assert NodeConstraints(terms=((requirement,), ())).admits("n", labels, ()) is matched
 
 
 @settings(max_examples=60, deadline=None)

@@ -248,9 +248,13 @@ def node_view(node: kube.Node, path: str = "$") -> NodeView:
         labels=node.metadata.labels or {},
         allocatable=resources(node.status.allocatable, f"{path}.status.allocatable"),
         unschedulable=bool(node.spec.unschedulable),
-        taints=tuple(Taint(t.key, t.value or "", t.effect) for t in node.spec.taints or ()
-                     if t.effect in KEEPS_PODS_OFF),
+        taints=_keep_off(node.spec.taints) if node.spec.taints else (),
     )
+
+
+def _keep_off(taints: list[kube.Taint]) -> tuple[Taint, ...]:
+    return tuple(Taint(t.key, t.value or "", t.effect) for t in taints
+                 if t.effect in KEEPS_PODS_OFF)
 
 
 def raycluster_view(rc: kube.RayCluster, path: str = "$") -> RayClusterView:
