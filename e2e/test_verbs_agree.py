@@ -63,6 +63,10 @@ def tried(pod: dict[str, Any]) -> bool:
         for c in pod["status"].get("conditions") or [])
 
 
+HOLD = "testbed.raygate.dev/hold"
+"""The floor worker's scheduling gate, removed once the scenario lets it be scheduled."""
+
+
 def floor_preempts(scenario: Scenario, scheduler: str,
                    raygate: tuple[str, str] | None = None) -> dict[str, Any]:
     """Nodes cpu-a (4 CPU) and gpu-a (8 CPU, 1 GPU); the GPU pod (priority -10) on gpu-a;
@@ -90,14 +94,32 @@ def floor_preempts(scenario: Scenario, scheduler: str,
         wait_until("raygate knows the GPU node", lambda: node_class(
             url, f"{name}-gpu-a", token) == "gpu")
     high = {"priorityClassName": f"{name}-ray"}
+    held = {**high, "tolerations": [TOLERATE_GPU], "schedulingGates": [{"name": HOLD}]}
     cluster = raycluster("work", scenario.namespace, name, [
-        Group("floor", 0, "2", min=0, max=1, pod_spec={**high, "tolerations": [TOLERATE_GPU]})],
+        Group("floor", 0, "2", min=0, max=1, pod_spec=held)],
         scheduler=scheduler, head_pod_spec=high, autoscaling=False)
     scenario.create(cluster)
     wait_until("the head running", lambda: len(scenario.running("headgroup")) == 1, timeout=90)
     scenario.scale("work", "floor", 1)  # min 0 → the floor is replicas, 1: a floor worker
+    worker = wait_until("the floor worker", lambda: next(iter(scenario.group_pods("floor")),
+                                                         None))
+    if raygate is not None:
+        # The new replicas and the pod reach raygate by two watches; a preemption judged
+        # with the pod but not yet the replicas would judge a surplus worker.
+        wait_until("raygate seeing the floor worker as floor", lambda: explained_role(
+            *raygate, worker) == "floor")
+    scenario.api.json_patch(f"{scenario.pods_path}/{worker['metadata']['name']}",
+                            [{"op": "remove", "path": "/spec/schedulingGates"}])
     return wait_until("the floor worker tried by the scheduler", lambda: next(
         (p for p in scenario.group_pods("floor") if tried(p)), None), timeout=90)
+
+
+def explained_role(url: str, token: str, pod: dict[str, Any]) -> str:
+    """The role the raygate at ``url`` gives ``pod`` now (``POST /v1/explain``)."""
+    request = urllib.request.Request(
+        f"{url}/v1/explain", data=json.dumps({"pod": pod}).encode(),
+        headers={"Authorization": f"Bearer {token}"}, method="POST")
+    return str(json.load(urllib.request.urlopen(request, timeout=10))["role"])
 
 
 def test_a_cpu_floor_worker_never_evicts_a_gpu_pod(
