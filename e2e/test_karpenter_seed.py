@@ -51,6 +51,7 @@ import pytest
 
 from e2e import report
 from e2e.admission import AdmissionRecorder
+from e2e.lagging import metric
 from e2e.nodeclaims import ClaimHistory, NodeClaims
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, gpu_job, raycluster
 from e2e.scenario import Scenario, wait_until
@@ -342,6 +343,8 @@ def test_all_or_nothing_scale_up_on_karpenter(
     admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
                                   scenario.started)
     releases = Releases(scenario)
+    batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
+                     trigger="node-autoscaler")
     try:
         with ray_cluster(scenario, testbed, raygate=True, set_up=False,
                          body=all_or_nothing_raycluster(scenario),
@@ -350,10 +353,13 @@ def test_all_or_nothing_scale_up_on_karpenter(
             pods = scale_up_pods(scenario)
             bound(scenario, pods, timeout=120)
             decisions = ray.decisions(scenario)
+            batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
+                             trigger="node-autoscaler") - batches
     finally:
         admission.close()
     released_whole(releases, pods,
                    after=max(h.created for h in overflow(scenario) if h.name in pods))
+    assert batches == 1, "raygate's metrics: one batch, released for the node autoscaler"
     bought = claims.history()[head_claims:]
     assert bought and all(not h.gpu for h in bought), bought
     kinds = ", ".join(f"{h.instance_type or '?'}" for h in bought)

@@ -21,6 +21,7 @@ import pytest
 
 from e2e import report
 from e2e.admission import AdmissionRecorder
+from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.policy import policy_changed
 from e2e.scenario import Scenario, wait_until
@@ -124,14 +125,21 @@ def test_a_scale_up_is_held_whole_then_released_whole(
             assert releases.of(pods) == [], "one fits, four asked: none may go"
             assert not any(h.deleting for h in overflow(scenario)), "held pods are kept"
             held = admission.status("work")
+            held_pods = metric(testbed.raygate_url, "raygate_scale_up_held_pods",
+                               namespace=scenario.namespace, raycluster="work")
+            batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
+                             trigger="fits")
             added = scenario.now()
             scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))
             scenario.step("added an 8-CPU node: room for all four")
             bound(scenario, pods, timeout=60)
             decisions = ray.decisions(scenario)
+            batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
+                             trigger="fits") - batches
     finally:
         admission.close()
     released_whole(releases, pods, after=added)
+    assert (held_pods, batches) == (WORKERS, 1), "raygate's metrics: four held, one batch"
     assert held is not None
     reasons = {p.reason for p in held.pods if p.name in pods}
     assert len(reasons) == 1 and "held together until all fit: 1 of 4" in reasons.pop()

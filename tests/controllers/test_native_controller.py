@@ -209,13 +209,28 @@ def test_an_all_or_nothing_scale_up_is_held_then_released_whole_once_it_fits() -
         clock.now += 5  # long complete
         await settle()
         assert api.calls == [], "two fit, four asked: none goes"
+        assert held_series(native.metrics) == {("ray", "rc"): 4}
+        assert released(native.metrics, "fits") == 0
         api.objects.append(make_node("b").allocatable(cpu="4").obj())
         cache.publish(snapshot_of(*api.objects))  # a node with room for the other two
         await settle()
 
-    run(api, steps)
+    metrics = run(api, steps)
     assert sorted(name for name, _ in api.calls) == ["w0", "w1", "w2", "w3"]
     assert {api.pod(f"w{i}")["metadata"]["labels"][LABEL_ROLE] for i in range(4)} == {"surplus"}
+    assert released(metrics, "fits") == 1, "one batch, released once"
+    assert held_series(metrics) == {}
+
+
+def released(metrics: Metrics, trigger: str) -> float:
+    return metrics.scale_up_releases.labels(trigger).value
+
+
+def held_series(metrics: Metrics) -> dict[tuple[str, str], float]:
+    """``raygate_scale_up_held_pods`` as a scrape reads it."""
+    return {(s.labels["namespace"], s.labels["raycluster"]): s.value
+            for family in metrics.registry.collect()
+            if family.name == "raygate_scale_up_held_pods" for s in family.samples}
 
 
 def test_an_all_or_nothing_scale_up_waits_until_it_is_complete() -> None:
@@ -247,5 +262,6 @@ def test_with_a_node_autoscaler_the_scale_up_goes_whole_whatever_fits() -> None:
         clock.now += 3
         await settle()
 
-    run(api, steps)
+    metrics = run(api, steps)
     assert sorted(name for name, _ in api.calls) == ["w0", "w1", "w2", "w3"]
+    assert (released(metrics, "node-autoscaler"), released(metrics, "fits")) == (1, 0)

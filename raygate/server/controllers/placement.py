@@ -66,9 +66,9 @@ FAIL_OPEN_AFTER = 3
 """Failed releases of a pod after which it is released without a rule (fail open)."""
 MAX_RETRY_SECONDS = 30.0
 REFUSALS = frozenset({400, 422})
+"""The API server's answers that say the patch itself will not do."""
 FAILED_OPEN = "failed-open"
 """The ``raygate.io/rule`` of a pod released without raygate's rule."""
-"""The API server's answers that say the patch itself will not do."""
 
 
 @dataclass(slots=True)
@@ -111,6 +111,9 @@ class NativePlacement:
         """Pods whose release failed, and when to try again."""
         self._waiting: set[_ClusterKey] = set()
         """Clusters with gated pods not released yet: looked at on every tick."""
+        self._held: dict[_ClusterKey, int] = {}
+        """The pods each cluster's all-or-nothing scale-up holds now (a metric)."""
+        metrics.watch_scale_ups(self.held)
         self._checked: Snapshot | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -156,6 +159,7 @@ class NativePlacement:
         if not self.leading():
             self._claims.clear()
             self._waiting.clear()
+            self._held.clear()
             self._checked = None  # a new term starts from a full look
             self._wake(self.tick_seconds)
             return 0
@@ -165,6 +169,10 @@ class NativePlacement:
         if self._waiting or self._claims:
             self._wake(self.tick_seconds)
         return sent
+
+    def held(self) -> dict[_ClusterKey, int]:
+        """The pods each RayCluster's all-or-nothing scale-up holds now."""
+        return dict(self._held)
 
     def _clusters(self, snap: Snapshot) -> set[_ClusterKey]:
         changes = (None if self._checked is None
@@ -206,6 +214,7 @@ class NativePlacement:
         """The pods of the cluster's all-or-nothing scale-up, unless it goes whole now:
         complete (no new pod for ``scaleUpSettleSeconds``), none waiting out a failed
         release, and all fit or a node autoscaler runs (``plugin.scale_up``)."""
+        self._held.pop(key, None)
         cluster = snap.raycluster(*key)
         if cluster is None or not cluster.all_or_nothing:
             return frozenset()
@@ -223,7 +232,10 @@ class NativePlacement:
         elif batch.release and not retrying:
             log.info("%s/%s: %s", *key, batch.reason,
                      extra=about(namespace=key[0], raycluster=key[1]))
+            trigger = "node-autoscaler" if batch.node_autoscaler else "fits"
+            self.metrics.scale_up_releases.labels(trigger).inc()
             return frozenset()
+        self._held[key] = len(uids)
         return uids
 
     def _release(self, snap: Snapshot, pod: PodView, now: float) -> None:

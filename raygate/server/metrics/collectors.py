@@ -90,6 +90,22 @@ class AdmissionCollector(Collector):
         yield pods
 
 
+class ScaleUpCollector(Collector):
+    def __init__(self, held: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        self.held = held
+
+    def collect(self) -> Iterable[Metric]:
+        pods = GaugeMetricFamily(
+            "raygate_scale_up_held_pods",
+            "Surplus workers raygate's gate holds together in an all-or-nothing scale-up, "
+            "by RayCluster: waiting for the scale-up to be complete, or for all of it to "
+            "fit (the admission API says which, and since when).",
+            labels=["namespace", "raycluster"])
+        for (namespace, name), count in sorted(self.held().items()):
+            pods.add_metric([namespace, name], count)
+        yield pods
+
+
 class LimitCollector(Collector):
     def __init__(self) -> None:
         self.gates: list[tuple[str, Gate]] = []

@@ -50,6 +50,7 @@ from raygate.server.metrics.collectors import (
     LeaderCollector,
     LimitCollector,
     PodStates,
+    ScaleUpCollector,
 )
 
 if TYPE_CHECKING:
@@ -330,6 +331,13 @@ class Metrics:
             "How long a released Ray pod was held by raygate's gate: from raygate first "
             "seeing it gated to the release patch answered.",
             []))
+        self.scale_up_releases = self._add(_Counter(
+            "raygate_scale_up_releases",
+            "All-or-nothing scale-ups (RayClusters annotated raygate.io/scale-up: "
+            "all-or-nothing) released from raygate's gate in one pass, by trigger: fits (all "
+            "of it fits the cluster as it is) or node-autoscaler (released at once, so the "
+            "node autoscaler sees it in one provisioning batch).",
+            ["trigger"]))
 
     def route(self, path: str) -> RouteMetrics:
         return RouteMetrics(self, path)
@@ -350,6 +358,11 @@ class Metrics:
         """A route's concurrency bound: requests refused and in flight, read at scrape
         time (the request path only counts in the gate itself)."""
         self._limits.gates.append((route, gate))
+
+    def watch_scale_ups(self, held: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        """The pods each RayCluster's all-or-nothing scale-up holds now, read at scrape
+        time from ``held`` (the placement controller's)."""
+        self.registry.register(ScaleUpCollector(held))
 
     def watch_tls(self, listener: str, reloader: CertReloader) -> None:
         """Certificate reloads of a listener, read at scrape time."""
