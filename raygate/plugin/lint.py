@@ -30,6 +30,8 @@ from raygate.plugin.lint_model import (
     group_path,
 )
 from raygate.plugin.quantity import parse_milli
+from raygate.plugin.scale_up import ALL_OR_NOTHING
+from raygate.plugin.scale_up import ANNOTATION as SCALE_UP_ANNOTATION
 
 __all__ = ["RULES", "lint"]
 
@@ -301,6 +303,37 @@ def rg016_cpu_group_first(
         for g in cpu if g not in may_gpu and (g.priority or 0) <= top]
 
 
+def rg017_scale_up_holds_nothing(
+    cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
+) -> list[Finding]:
+    """``raygate.io/scale-up`` that raygate cannot act on: a value it does not know, or a
+    cluster with no surplus worker to hold (raygate holds CPU-only workers past the floor;
+    GPU workers carry no gate, and without autoscaling the floor is ``replicas``). A
+    warning: the operator asked for all-or-nothing scale-ups and gets one-by-one."""
+    value = cluster.annotations.get(SCALE_UP_ANNOTATION)
+    if value is None:
+        return []
+    if value != ALL_OR_NOTHING:
+        return [Finding(
+            "RG017", Severity.WARNING, cluster.ref, "metadata.annotations",
+            f"{SCALE_UP_ANNOTATION}: {value!r} is not a value raygate knows: it ignores the "
+            "annotation, and scale-ups are released as their workers fit",
+            f"write {SCALE_UP_ANNOTATION}: {ALL_OR_NOTHING}, or remove the annotation")]
+    if cluster.autoscaling and any(
+            not is_gpu_template(g, cluster, facts, config)
+            and (g.max_replicas is None or g.max_replicas > (g.min_replicas or 0))
+            for g in cluster.groups):
+        return []
+    why = ("in-tree autoscaling is off, so every worker is floor (replicas)"
+           if not cluster.autoscaling else "no CPU-only worker group may grow past "
+           "minReplicas (GPU workers carry no placement gate)")
+    return [Finding(
+        "RG017", Severity.WARNING, cluster.ref, "metadata.annotations",
+        f"{SCALE_UP_ANNOTATION}: {ALL_OR_NOTHING} holds a scale-up's CPU-only surplus "
+        f"workers, and this cluster has none: {why}",
+        "remove the annotation, or give a CPU-only group maxReplicas above minReplicas")]
+
+
 RULES: Sequence[LintRule] = (
     rg001_floor_from_replicas,
     rg002_multi_host_overflow,
@@ -318,6 +351,7 @@ RULES: Sequence[LintRule] = (
     rg014_no_gpu_node_labels,
     rg015_kubernetes_gang_autoscaled,
     rg016_cpu_group_first,
+    rg017_scale_up_holds_nothing,
 )
 
 
