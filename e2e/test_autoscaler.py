@@ -94,9 +94,10 @@ def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool,
     ray = RayCluster(gcs, (testbed.workdir / "ray" / "session_latest").resolve() / "logs",
                      testbed, [f"ray-head-{head}"])
     scenario.step("Ray head up (local, as the head pod)")
+    autoscaler = None
     try:
-        ray.names.append(start_autoscaler(testbed, "work", scenario.namespace, head, gcs,
-                                          raygate=raygate, allocate_timeout=TIMEOUT).name)
+        autoscaler = start_autoscaler(testbed, "work", scenario.namespace, head, gcs,
+                                      raygate=raygate, allocate_timeout=TIMEOUT).name
         bundles = demand or [{"CPU": 8}]
         request(gcs, bundles)
         scenario.step(f"requested {len(bundles)} × {bundles[0]['CPU']:g} CPU")
@@ -104,7 +105,11 @@ def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool,
         scenario.step("first overflow pod created")
         yield ray
     finally:
-        for name in reversed(ray.names):
+        # The autoscaler is stopped first: a raylet stopped before it is a Ray node gone
+        # DEAD, whose pod it deletes, after the scenario's last look but before the
+        # assertions read the pods.
+        first = [] if autoscaler is None else [autoscaler]
+        for name in first + list(reversed(ray.names)):
             testbed.processes.pop(name).stop()
 
 
