@@ -24,6 +24,7 @@ from raygate.plugin.lint_gpu import (
 from raygate.plugin.lint_model import (
     ClusterFacts,
     Finding,
+    GroupSpec,
     LintCluster,
     Severity,
     group_label,
@@ -55,6 +56,20 @@ LintRule = Callable[[LintCluster, ClusterFacts | None, PolicyConfig], list[Findi
 
 def _max_text(value: int | None) -> str:
     return f"unset ({CRD_MAX_REPLICAS}, the CRD's default)" if value is None else str(value)
+
+
+def _grows(cluster: LintCluster, group: GroupSpec) -> bool:
+    """The group can have surplus workers: autoscaled, with ``maxReplicas`` (unset: the
+    CRD's default) above ``minReplicas``."""
+    return cluster.autoscaling and (group.max_replicas is None
+                                    or group.max_replicas > (group.min_replicas or 0))
+
+
+def _growing_cpu_groups(cluster: LintCluster, facts: ClusterFacts | None,
+                        config: PolicyConfig) -> list[GroupSpec]:
+    """The CPU-only groups that can have surplus workers."""
+    return [g for g in cluster.groups
+            if _grows(cluster, g) and not is_gpu_template(g, cluster, facts, config)]
 
 
 def rg001_floor_from_replicas(
@@ -95,9 +110,7 @@ def rg002_multi_host_overflow(
     deletes the whole replica group."""
     out = []
     for g in cluster.groups:
-        autoscaled = cluster.autoscaling and (g.max_replicas is None
-                                              or g.max_replicas > (g.min_replicas or 0))
-        if autoscaled and (g.num_of_hosts or 1) > 1:
+        if _grows(cluster, g) and (g.num_of_hosts or 1) > 1:
             out.append(Finding(
                 "RG002", Severity.WARNING, cluster.ref, group_path(cluster, g, "numOfHosts"),
                 f"{group_label(g)} is autoscaled with numOfHosts {g.num_of_hosts}: preempting one "
@@ -285,10 +298,7 @@ def rg016_cpu_group_first(
     >= 2.56) scales the group of higher ``priority`` (KubeRay >= 1.7) first, among groups
     that fit a demand equally well: so the CPU group should have the higher one. Only
     information: it breaks ties, and raygate keeps the floor off GPU nodes either way."""
-    if not cluster.autoscaling:
-        return []
-    cpu = [g for g in cluster.groups if not is_gpu_template(g, cluster, facts, config)
-           and (g.max_replicas is None or g.max_replicas > (g.min_replicas or 0))]
+    cpu = _growing_cpu_groups(cluster, facts, config)
     may_gpu = [g for g in cpu if tolerates_gpu(g.tolerations, config)]
     if not may_gpu:
         return []
@@ -319,10 +329,7 @@ def rg017_scale_up_holds_nothing(
             f"{SCALE_UP_ANNOTATION}: {value!r} is not a value raygate knows: it ignores the "
             "annotation, and scale-ups are released as their workers fit",
             f"write {SCALE_UP_ANNOTATION}: {ALL_OR_NOTHING}, or remove the annotation")]
-    if cluster.autoscaling and any(
-            not is_gpu_template(g, cluster, facts, config)
-            and (g.max_replicas is None or g.max_replicas > (g.min_replicas or 0))
-            for g in cluster.groups):
+    if _growing_cpu_groups(cluster, facts, config):
         return []
     why = ("in-tree autoscaling is off, so every worker is floor (replicas)"
            if not cluster.autoscaling else "no CPU-only worker group may grow past "
