@@ -18,6 +18,7 @@ import sys
 import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -25,7 +26,8 @@ from testbed.cluster import REPO, Testbed
 from testbed.pki import Pki
 from testbed.processes import free_port, wait_for
 
-__all__ = ["SCHEDULER_NAME", "DelayProxy", "LaggingRaygate", "metric", "node_class"]
+__all__ = ["SCHEDULER_NAME", "DelayProxy", "LaggingRaygate", "explain", "metric",
+           "node_class"]
 
 SCHEDULER_NAME = "ray-scheduler-lagging"
 
@@ -42,17 +44,24 @@ def metric(url: str, name: str, **labels: str) -> float:
     return total
 
 
+def explain(url: str, pod: dict[str, Any], token: str = "", nodes: str = "") -> dict[str, Any]:
+    """What the raygate at ``url`` says of ``pod`` now (``POST /v1/explain``, over
+    ``nodes`` when given; ``token`` when its authz is on)."""
+    query = f"?nodes={nodes}" if nodes else ""
+    request = urllib.request.Request(
+        f"{url}/v1/explain{query}", data=json.dumps({"pod": pod}).encode(),
+        headers={"Authorization": f"Bearer {token}"} if token else {}, method="POST")
+    reply: dict[str, Any] = json.load(urllib.request.urlopen(request, timeout=10))
+    return reply
+
+
 def node_class(url: str, node: str, token: str = "") -> str:
     """How the raygate at ``url`` classes ``node`` now: ``gpu``, ``cpu``, or ``unknown``
-    while its cache has not seen it (``POST /v1/explain`` with any pod; ``token`` when its
-    authz is on)."""
+    while its cache has not seen it (``explain`` with any pod)."""
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "probe", "namespace": "default", "uid": "probe"},
            "spec": {"containers": [{"name": "probe", "image": "example.invalid/p:1"}]}}
-    request = urllib.request.Request(
-        f"{url}/v1/explain?nodes={node}", data=json.dumps({"pod": pod}).encode(),
-        headers={"Authorization": f"Bearer {token}"} if token else {}, method="POST")
-    reply = json.load(urllib.request.urlopen(request, timeout=10))
+    reply = explain(url, pod, token, nodes=node)
     return next((str(n["nodeClass"]) for n in reply["nodes"] if n["name"] == node),
                 "unknown")
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from e2e import report
-from e2e.lagging import SCHEDULER_NAME, LaggingRaygate, metric, node_class
+from e2e.lagging import SCHEDULER_NAME, LaggingRaygate, explain, metric, node_class
 from e2e.objects import TOLERATE_GPU, Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import priority_class
@@ -106,20 +106,12 @@ def floor_preempts(scenario: Scenario, scheduler: str,
     if raygate is not None:
         # The new replicas and the pod reach raygate by two watches; a preemption judged
         # with the pod but not yet the replicas would judge a surplus worker.
-        wait_until("raygate seeing the floor worker as floor", lambda: explained_role(
-            *raygate, worker) == "floor")
+        wait_until("raygate seeing the floor worker as floor", lambda: explain(
+            url, worker, token)["role"] == "floor")
     scenario.api.json_patch(f"{scenario.pods_path}/{worker['metadata']['name']}",
                             [{"op": "remove", "path": "/spec/schedulingGates"}])
     return wait_until("the floor worker tried by the scheduler", lambda: next(
         (p for p in scenario.group_pods("floor") if tried(p)), None), timeout=90)
-
-
-def explained_role(url: str, token: str, pod: dict[str, Any]) -> str:
-    """The role the raygate at ``url`` gives ``pod`` now (``POST /v1/explain``)."""
-    request = urllib.request.Request(
-        f"{url}/v1/explain", data=json.dumps({"pod": pod}).encode(),
-        headers={"Authorization": f"Bearer {token}"}, method="POST")
-    return str(json.load(urllib.request.urlopen(request, timeout=10))["role"])
 
 
 def test_a_cpu_floor_worker_never_evicts_a_gpu_pod(
