@@ -23,6 +23,8 @@ from raygate.plugin.model import (
 )
 
 __all__ = [
+    "LABEL_ROLE",
+    "LABEL_RULE",
     "RoleVerdict",
     "fixed_role_or_floor",
     "gpu_node_reason",
@@ -34,9 +36,16 @@ __all__ = [
     "pod_requests",
     "pod_role",
     "preemption_record",
+    "written_role",
 ]
 
 HEAD_GROUP = "headgroup"  # KubeRay's ray.io/group value on the head pod
+LABEL_ROLE = "raygate.io/role"
+"""The role raygate decided for the pod once, written into it (at its admission, or at
+its release from raygate's gate): head, floor or surplus. Every layer reads it."""
+LABEL_RULE = "raygate.io/rule"
+"""Beside ``LABEL_ROLE``: the placement rule behind the pod's native affinity."""
+_WRITTEN = {role.value: role for role in Role}
 EMPTY_REASONS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -164,16 +173,28 @@ def preemption_record(pod: PodView, on_gpu_node: bool) -> PreemptionRecord | Non
     return PreemptionRecord(pod.group_key, pod.uid, pod.node_name, on_gpu_node, at)
 
 
+def written_role(pod: PodView) -> Role | None:
+    """The role raygate wrote into ``pod`` (``LABEL_ROLE``), or None where it wrote none
+    (a pod created while raygate's webhook was not reached, or before raygate ran) or a
+    value it does not know (someone else's edit: derived again, never trusted)."""
+    value = pod.labels.get(LABEL_ROLE)
+    return None if value is None else _WRITTEN.get(value)
+
+
 def group_roles(
     pods: Iterable[PodView], floor: int, is_gpu_node: Mapping[str, bool] | None = None
 ) -> dict[str, Role]:
     """Floor or surplus for every live pod of one worker group, by UID.
 
-    ``r`` live pods over a floor ``f`` make ``r - f`` surplus. The surplus are chosen so
-    that losing them hurts least: pods on GPU nodes first (they are the ones a GPU job
-    wants gone), then pending pods (nothing to lose, and this keeps ``pod_role``'s rule for
-    a pending pod consistent), then the youngest. Ties break on the name, so the answer
-    is stable across calls.
+    A pod keeps the role raygate wrote into it (``written_role``): the role is decided
+    once. The floor places no written floor holds go to the pods without one, and
+    ``r`` such pods over those places make the surplus, chosen so that losing them hurts
+    least: pods on GPU nodes first (they are the ones a GPU job wants gone), then
+    pending pods (nothing to lose, and this keeps ``pod_role``'s rule for a pending pod
+    consistent), then the youngest. Ties break on the name, so the answer is stable
+    across calls. Where fewer live pods hold the floor than it needs (a floor pod gone,
+    its replacement not yet made), written surplus pods are counted as floor in the same
+    order until the count is whole: a victim never takes a group below its floor.
     """
     live = [p for p in pods if _live(p)]
     gpu = is_gpu_node or {}
@@ -184,8 +205,17 @@ def group_roles(
         return (on_gpu, pending, -(pod.created or 0.0), pod.name)
 
     live.sort(key=surplus_first)
-    surplus = max(len(live) - floor, 0)
-    return {p.uid: (Role.SURPLUS if i < surplus else Role.FLOOR) for i, p in enumerate(live)}
+    roles = {p.uid: role for p in live if (role := written_role(p)) is not None}
+    unwritten = [p for p in live if p.uid not in roles]
+    places = max(floor - sum(r is not Role.SURPLUS for r in roles.values()), 0)
+    surplus = max(len(unwritten) - places, 0)
+    roles.update((p.uid, Role.SURPLUS if i < surplus else Role.FLOOR)
+                 for i, p in enumerate(unwritten))
+    short = places - (len(unwritten) - surplus)
+    if short > 0:  # top up from the written surplus that would hurt most to lose
+        written_surplus = [p for p in live if roles[p.uid] is Role.SURPLUS]
+        roles.update((p.uid, Role.FLOOR) for p in written_surplus[-short:])
+    return roles
 
 
 def fixed_role_or_floor(pod: PodView, view: ClusterView) -> RoleVerdict | int:
@@ -208,6 +238,12 @@ def pod_role(pod: PodView, view: ClusterView) -> RoleVerdict:
     """The Ray role of ``pod``, which may be unknown to the cache (kube-scheduler sends pods
     its watch saw before ours): classified from the pod plus what the cache knows of its
     RayCluster and group."""
+    written = written_role(pod) if _live(pod) else None
+    if written is not None and pod.node_name:
+        written = None  # bound: the count decides, written roles first (group_roles)
+    if written is not None:
+        return RoleVerdict(written, f"decided once, when raygate first saw it "
+                           f"({LABEL_ROLE}={written.value})")
     floor = fixed_role_or_floor(pod, view)
     if isinstance(floor, RoleVerdict):
         return floor

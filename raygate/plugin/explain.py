@@ -15,7 +15,7 @@ from raygate.plugin.admission import admission_status, is_running
 from raygate.plugin.classify import gpu_node_reason
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import ClusterView, NodeView, PodView
-from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE
+from raygate.plugin.native import ANNOTATION_ADMITTED, GATE, LABEL_ROLE, LABEL_RULE
 from raygate.plugin.placement import Decision, Placement, decide, score, thrash_guard_until
 
 __all__ = ["Explanation", "NodeExplanation", "explain"]
@@ -119,8 +119,10 @@ def _native(pod: PodView) -> str:
     role, rule = pod.labels.get(LABEL_ROLE), pod.labels.get(LABEL_RULE)
     if role is None and rule is None:
         return ""
-    return (f"released as {role or '?'} by rule {rule or '?'} (its node affinity holds "
-            "raygate's rule for every scheduler and node autoscaler)")
+    how = ("decided when it was created (raygate's webhook)"
+           if ANNOTATION_ADMITTED in pod.annotations else "released from raygate's gate")
+    return (f"{how} as {role or '?'} by rule {rule or '?'}, once for its life (its node "
+            "affinity holds raygate's rule for every scheduler and node autoscaler)")
 
 
 def _admission(pod: PodView, view: ClusterView, config: PolicyConfig,

@@ -2,42 +2,52 @@
 
 No node autoscaler (Karpenter, Cluster Autoscaler) calls a scheduler extender: they
 simulate placement from a pod's own affinity, tolerations and requests. So before a Ray pod
-can be scheduled, raygate writes its decision into the pod. raygate's webhook adds the
-scheduling gate ``GATE`` when the pod is created (KEP-3521); raygate then decides the pod
-and, in one JSON Patch, adds the node affinity and removes the gate (KEP-3838: while a pod
-is gated its node affinity may be narrowed, never widened). The patch opens with a ``test``
-of the gate, so a pod is released once: a second writer's patch fails whole.
+can be scheduled, raygate writes its decision into the pod, in the admission of the pod's
+create (``admission_patch``): the pod is created with its rule, one API write. Where the
+decision has to wait (a pod whose RayCluster raygate has not seen yet, a held
+all-or-nothing scale-up), the webhook adds the scheduling gate ``GATE`` instead (KEP-3521);
+raygate then decides the pod and, in one JSON Patch, adds the node affinity and removes
+the gate (KEP-3838: while a pod is gated its node affinity may be narrowed, never widened).
+That patch opens with a ``test`` of the gate, so a pod is released once: a second writer's
+patch fails whole.
 
 - ``AVOID_GPU`` (a CPU-only head, floor worker, thrash-guarded or ``never`` worker): a
   required term: none of the GPU node labels;
 - ``PREFER_CPU`` (a surplus worker): a preferred term of the same expressions;
-- otherwise no rule: the gate goes and nothing else changes.
+- otherwise no rule (a GPU pod, the ``always`` policy): only the labels.
 
 GPU nodes are named by labels only (``gpuNodeLabels``): a node autoscaler decides before
 the node exists, when no allocatable resource can say it is a GPU node. ``NotIn`` also
 matches a node without the label, so the expressions of all labels together say "not a GPU
 node" exactly as ``gpu_node_reason`` says "GPU node" by label.
 
-The role a gated pod is released with is final: after the release its affinity cannot
-change. ``release_role`` gives the floor to the first pods released in each group, counting
-those released before (their ``LABEL_ROLE``) and those decided but not seen released yet.
+The role a pod is created or released with is final (``LABEL_ROLE``): its affinity cannot
+change after. ``admission_role`` and ``release_role`` give the floor to the first pods of
+each group, counting those decided before (their ``LABEL_ROLE``) and those decided but not
+seen yet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 
-from raygate.plugin.classify import RoleVerdict, fixed_role_or_floor
+from raygate.plugin.classify import LABEL_ROLE, LABEL_RULE, RoleVerdict, fixed_role_or_floor
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import ClusterView, NodeAffinityShape, PodView, Role
-from raygate.plugin.placement import Decision, Placement
+from raygate.plugin.placement import Decision, Placement, Rule, decide
 
 __all__ = [
+    "ANNOTATION_ADMITTED",
     "GATE",
     "LABEL_ROLE",
     "LABEL_RULE",
+    "AdmissionDecision",
     "NativeRule",
+    "admission_patch",
+    "admission_role",
+    "decide_at_admission",
     "native_rule",
     "not_gpu_expressions",
     "release_patch",
@@ -45,11 +55,21 @@ __all__ = [
 ]
 
 GATE = "raygate.io/placement"
-"""The scheduling gate raygate's webhook adds and raygate removes."""
-LABEL_ROLE = "raygate.io/role"
-"""Set at the release: the role the pod was released with (head, floor, surplus)."""
-LABEL_RULE = "raygate.io/rule"
-"""Set at the release: the placement rule behind its affinity (``Rule`` values)."""
+"""The scheduling gate raygate's webhook adds where a pod's decision must wait, and
+raygate removes."""
+ANNOTATION_ADMITTED = "raygate.io/admitted"
+"""Set at admission: the AdmissionReview's UID, by which raygate finds the pod it decided
+when its watch brings it (until then the pod's role holds a place: ``admission_role``)."""
+VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
+SURPLUS_TASK = "-surplus"
+"""Appended to the ``VOLCANO_TASK_SPEC`` (KubeRay's worker group) of a pod given the
+preferred rule. Volcano's allocate treats the pods of one task spec as interchangeable: once
+one fails its predicates on every node, it skips the others for the session, and reuses one's
+per-node failures for the rest (v1.14.1 ``actions/allocate``: ``TaskHasFitErrors``;
+``util/predicate_helper.go``). A floor pod held off GPU nodes would strand the surplus pods
+GPU nodes would take. Apart, each task spec holds pods of one rule. KubeRay only writes the
+annotation; Volcano's gang counts ``minMember`` over all tasks (KubeRay sets no
+``minTaskMember``), whatever their names."""
 PREFERRED_WEIGHT = 100  # the most a preferred term may weigh: kube-scheduler scales it
 
 
@@ -61,6 +81,36 @@ class NativeRule(Enum):
     NONE = "none"
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """A new pod decided in its create's admission: its role, placement and native rule."""
+
+    role: RoleVerdict
+    decision: Decision
+    rule: NativeRule
+
+
+WAIT_FOR_RAYCLUSTER = "its RayCluster is not in raygate's cache yet"
+WAIT_FOR_BATCH = "a surplus worker of an all-or-nothing scale-up: held with its batch"
+
+
+def decide_at_admission(pod: PodView, view: ClusterView, config: PolicyConfig, now: float,
+                        pending: Sequence[Role]) -> AdmissionDecision | str:
+    """How a new Ray pod is created (``pending``: ``admission_role``'s), or why its
+    decision has to wait at raygate's gate: a worker whose RayCluster the view lacks (the
+    count needs its floor; the RayCluster comes by another watch), a CPU-only surplus
+    worker of an all-or-nothing scale-up (released with its batch)."""
+    cluster = view.raycluster(pod.namespace, pod.ray_cluster)
+    if cluster is None and pod.ray_node_type != "head":
+        return WAIT_FOR_RAYCLUSTER
+    role = admission_role(pod, view, pending)
+    decision = decide(pod, view, config, now, role=role)
+    if (cluster is not None and cluster.all_or_nothing and role.role is Role.SURPLUS
+            and decision.rule is not Rule.GPU_POD):
+        return WAIT_FOR_BATCH
+    return AdmissionDecision(role, decision, native_rule(decision, config))
+
+
 def native_rule(decision: Decision, config: PolicyConfig) -> NativeRule:
     """The native form of ``decision``; none when no GPU node label is configured (then
     no native rule can name GPU nodes: raygate's startup and ``raygate check`` warn)."""
@@ -68,9 +118,9 @@ def native_rule(decision: Decision, config: PolicyConfig) -> NativeRule:
         return NativeRule.NONE
     if decision.placement is Placement.AVOID_GPU:
         return NativeRule.REQUIRED
-    if decision.placement is Placement.PREFER_CPU:
+    if decision.placement is Placement.PREFER_CPU and decision.rule is not Rule.POLICY_ALWAYS:
         return NativeRule.PREFERRED
-    return NativeRule.NONE
+    return NativeRule.NONE  # a GPU pod; ``always``: GPU nodes are the pod's as much as any
 
 
 def not_gpu_expressions(config: PolicyConfig) -> list[dict[str, object]]:
@@ -96,12 +146,38 @@ def release_patch(pod: PodView, rule: NativeRule, labels: Mapping[str, str],
         {"op": "test", "path": f"{gate}/name", "value": GATE},
         {"op": "remove", "path": gate},
     ]
+    return ops + _rule_ops(pod, rule, labels, config)
+
+
+def admission_patch(pod: PodView, rule: NativeRule, labels: Mapping[str, str],
+                    annotations: Mapping[str, str], *, has_annotations: bool,
+                    config: PolicyConfig) -> list[dict[str, object]]:
+    """The JSON Patch of a new pod's admission: ``rule``'s affinity, ``labels`` and
+    ``annotations``, into a pod with an annotation map or without one."""
+    return (_rule_ops(pod, rule, labels, config)
+            + _map_ops("/metadata/annotations", annotations, exists=has_annotations))
+
+
+def _rule_ops(pod: PodView, rule: NativeRule, labels: Mapping[str, str],
+              config: PolicyConfig) -> list[dict[str, object]]:
+    ops: list[dict[str, object]] = []
     if rule is not NativeRule.NONE:
         ops += _affinity_ops(pod, rule, not_gpu_expressions(config))
+    task_spec = pod.annotations.get(VOLCANO_TASK_SPEC)
+    if rule is NativeRule.PREFERRED and task_spec is not None:
+        ops += _map_ops("/metadata/annotations", {VOLCANO_TASK_SPEC: task_spec + SURPLUS_TASK},
+                        exists=True)
     # A KubeRay pod always has labels (ray.io/cluster among them): add to the map.
-    ops += [{"op": "add", "path": f"/metadata/labels/{_escape(key)}", "value": value}
-            for key, value in labels.items()]
-    return ops
+    return ops + _map_ops("/metadata/labels", labels, exists=True)
+
+
+def _map_ops(path: str, values: Mapping[str, str], *, exists: bool
+             ) -> list[dict[str, object]]:
+    """Set ``values`` in the string map at ``path``, or create it when it is not there."""
+    if not exists:
+        return [{"op": "add", "path": path, "value": dict(values)}]
+    return [{"op": "add", "path": f"{path}/{_escape(key)}", "value": value}
+            for key, value in values.items()]
 
 
 def _affinity_ops(pod: PodView, rule: NativeRule, expressions: list[dict[str, object]]
@@ -146,17 +222,37 @@ def _live(pod: PodView) -> bool:
     return not pod.terminal and pod.deleted is None
 
 
-def release_role(pod: PodView, view: ClusterView, claimed: Mapping[str, Role]) -> RoleVerdict:
+def release_role(pod: PodView, view: ClusterView, claimed: Mapping[str, Role],
+                 pending: Sequence[Role] = ()) -> RoleVerdict:
     """The role ``pod`` (held by ``GATE``) is released with: the floor goes to the first
     pods released in its group. ``claimed`` holds the roles of pods released whose release
-    the view does not show yet; a live pod released without ``LABEL_ROLE`` (before raygate
-    ran, or while it was down) holds a floor place."""
+    the view does not show yet, ``pending`` those of pods decided at admission that it
+    does not show yet; a live pod released without ``LABEL_ROLE`` (before raygate ran, or
+    while it was down) holds a floor place."""
     floor = fixed_role_or_floor(pod, view)
     if isinstance(floor, RoleVerdict):
         return floor
-    key = pod.group_key
+    held = _places_taken(pod, view, claimed) + sum(r is not Role.SURPLUS for r in pending)
+    return _by_count(pod, held, floor, "released")
+
+
+def admission_role(pod: PodView, view: ClusterView, pending: Sequence[Role]
+                   ) -> RoleVerdict:
+    """The role a new pod is created with: the floor goes to the first pods admitted in
+    its group. ``pending`` holds the roles of pods admitted whose creation the view does
+    not show yet: each holds its place, as the pods the view shows do (their
+    ``LABEL_ROLE``; floor for one without). The view can only lag, never lead, so a count
+    that misses a pod gives floor, the safe side."""
+    floor = fixed_role_or_floor(pod, view)
+    if isinstance(floor, RoleVerdict):
+        return floor
+    held = _places_taken(pod, view, {}) + sum(r is not Role.SURPLUS for r in pending)
+    return _by_count(pod, held, floor, "created")
+
+
+def _places_taken(pod: PodView, view: ClusterView, claimed: Mapping[str, Role]) -> int:
     held = 0
-    for other in view.group_pods(key):
+    for other in view.group_pods(pod.group_key):
         if other.uid == pod.uid or not _live(other):
             continue
         role = claimed.get(other.uid)
@@ -165,7 +261,12 @@ def release_role(pod: PodView, view: ClusterView, claimed: Mapping[str, Role]) -
                 continue  # not released yet: no place taken
             role = Role.SURPLUS if other.labels.get(LABEL_ROLE) == "surplus" else Role.FLOOR
         held += role is not Role.SURPLUS
+    return held
+
+
+def _by_count(pod: PodView, held: int, floor: int, when: str) -> RoleVerdict:
+    group = pod.group_key.group
     if held < floor:
-        return RoleVerdict(Role.FLOOR, f"released with {held} of group {key.group}'s "
+        return RoleVerdict(Role.FLOOR, f"{when} with {held} of group {group}'s "
                            f"{floor} floor places taken")
-    return RoleVerdict(Role.SURPLUS, f"group {key.group}'s {floor} floor places are taken")
+    return RoleVerdict(Role.SURPLUS, f"group {group}'s {floor} floor places are taken")

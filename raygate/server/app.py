@@ -31,6 +31,7 @@ from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_f
 from raygate.server.config.load import Loaded, authz_enabled
 from raygate.server.config.reload import PolicyReloader
 from raygate.server.config.settings import ServeSettings, parse_addr
+from raygate.server.controllers.admitted import AdmittedPods
 from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
 from raygate.server.controllers.placement import NativePlacement, PatchPod
 from raygate.server.controllers.requeue import Annotate, StaleRefusals
@@ -198,9 +199,11 @@ def build_server(
     scheduler.bind_metrics(metrics)
     leadership = leadership or Leadership(None)
     metrics.watch_leadership(leadership)
+    admitted = AdmittedPods()  # the webhook's admissions, counted by gated pods' releases
     stale, budgets, native = _controllers(
         cache, scheduler, metrics, leadership=leadership, settings=settings,
-        annotate_pod=annotate_pod, budget_api=budget_api, patch_pod=patch_pod)
+        annotate_pod=annotate_pod, budget_api=budget_api, patch_pod=patch_pod,
+        admitted=admitted)
     admission = AdmissionService(cache, scheduler.clock)  # one notion of `now`
     explain = ExplainService(cache, scheduler.clock)
     metrics.watch_cache(cache)
@@ -210,8 +213,9 @@ def build_server(
         _routes(cache, metrics, scheduler, admission=admission, explain=explain,
                 authorizer=authorizer, settings=settings),
         webhook_routes={} if webhook is None else RayPodWebhook(
-            lambda: cache.snapshot.config, metrics, gate=settings.native_placement == "on",
-            marker=settings.webhook_marker == "on").routes(),
+            cache, metrics, place=settings.native_placement == "on",
+            marker=settings.webhook_marker == "on", admitted=admitted,
+            clock=scheduler.clock).routes(),
         stale_refusals=stale, native=native, budgets=budgets,
         grpc_interceptors=() if authorizer is None else authorizer.grpc_interceptors())
     return RaygateServer(services, http_sock, grpc_addr, settings=settings, webhook=webhook,
@@ -221,7 +225,7 @@ def build_server(
 def _controllers(
     cache: ClusterCache, scheduler: SchedulerExtender, metrics: Metrics, *,
     leadership: Leadership, settings: ServeSettings, annotate_pod: Annotate | None,
-    budget_api: BudgetApi | None, patch_pod: PatchPod | None,
+    budget_api: BudgetApi | None, patch_pod: PatchPod | None, admitted: AdmittedPods,
 ) -> tuple[StaleRefusals | None, DisruptionBudgets | None, NativePlacement | None]:
     """The writers, each None when its write is not made: the stale refusals (asking
     kube-scheduler to try a pod again, ``requeue.staleRefusals``; filter notes them), the
@@ -234,7 +238,7 @@ def _controllers(
         cache, budget_api, metrics, time.monotonic)
     native = None if patch_pod is None else NativePlacement(
         cache, scheduler.clock, patch_pod, metrics, leading=leadership.leading,
-        wait_seconds=settings.placement_wait_seconds)
+        wait_seconds=settings.placement_wait_seconds, admitted=admitted)
     return stale, budgets, native
 
 

@@ -1,5 +1,6 @@
-"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop:
-the listeners and their lifecycle. What they serve (``Services``) is built by the
+"""One process serving HTTP (uvicorn, raw ASGI) and gRPC (grpc.aio) on one event loop, and
+the admission webhook's HTTPS on a thread and loop of its own: the listeners and their
+lifecycle. What they serve (``Services``) is built by the
 composition root, ``raygate.server.app``.
 
 Lifecycle (``stop``, on SIGTERM/SIGINT): ``/readyz`` answers 503 "shutting-down" and gRPC
@@ -164,7 +165,7 @@ class RaygateServer:
                  " (TLS)" if self.tls else "", self.grpc_port, self.cache.source)
         servers = [self._http.serve(sockets=[self.http_sock])]
         if self._webhook is not None and self.webhook is not None:
-            servers.append(self._webhook.serve(sockets=[self.webhook.sock]))
+            servers.append(asyncio.to_thread(_serve_apart, self._webhook, self.webhook.sock))
         serving = asyncio.ensure_future(asyncio.gather(*servers))
         polling = asyncio.ensure_future(self._poll_certificates())
         while not self._http.started and not serving.done():
@@ -311,6 +312,19 @@ class RaygateServer:
                     # no listener would reload again. Say why, and keep polling.
                     log.exception("%s: checking the certificate files failed",
                                   reloader.name)
+
+
+def _serve_apart(server: HttpServer, sock: socket.socket) -> None:
+    """Serve ``server`` on a thread and event loop of its own until it exits: the admission
+    webhook, so that a pod's create never waits behind the main loop's requests and
+    controllers. ``stop`` ends it with ``should_exit``, which uvicorn reads each tick."""
+    try:
+        import uvloop
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(server.serve(sockets=[sock]))
 
 
 def _main_tls(settings: ServeSettings) -> CertReloader | None:

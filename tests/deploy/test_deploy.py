@@ -332,7 +332,8 @@ def test_every_setup_serves_the_native_placement_webhook(setup: str) -> None:
     assert hook["timeoutSeconds"] <= 10
     assert hook["admissionReviewVersions"] == ["v1"]
     client = hook["clientConfig"]["service"]
-    webhook = RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=False)
+    webhook = RayPodWebhook(ClusterCache(PolicyConfig(), "test"), Metrics(), place=True,
+                            marker=False)
     assert client["path"] in webhook.routes()
     service = find(objects, "Service", client["name"])
     ((deployment, container),) = _raygate_containers(objects)

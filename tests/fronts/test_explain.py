@@ -67,7 +67,8 @@ def test_explain_says_what_the_native_placement_did(server: ServerThread,
     said = {name: client.get(f"/v1/namespaces/ray/pods/{name}/explain").json()
             .get("nativePlacement") for name in ("b1", "b2", "o2")}
     assert said["b1"] is None  # created without the gate
-    assert said["b2"].startswith("released as floor by rule floor-avoids-gpu")
+    assert said["b2"].startswith("released from raygate's gate as floor by rule "
+                                 "floor-avoids-gpu, once for its life")
     assert said["o2"].startswith("held by raygate's scheduling gate raygate.io/placement")
     with grpc.insecure_channel(f"127.0.0.1:{server.server.grpc_port}") as channel:
         stub = explain_pb2_grpc.ExplainStub(channel)

@@ -70,7 +70,8 @@ HANDLERS: dict[str, tuple[Callable[[bytes], bytes], list[Any]]] = {
     "volcano victims": (_volcano.victims, SEEDS["/volcano/preemptable"]),
     "volcano jobEnqueueable": (_volcano.job_enqueueable, SEEDS["/volcano/jobEnqueueable"]),
     "explain": (_explain.post, SEEDS["/v1/explain"]),
-    "webhook": (webhook.RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=True).mutate, [{
+    "webhook": (webhook.RayPodWebhook(_cache, Metrics(), place=True, marker=True,
+                                      clock=_clock).mutate, [{
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "u", "operation": "CREATE",
                     "object": make_pod("w").ray("rc", "g").requests(cpu="1").obj()}}]),

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import negative_data_rejection
 
 from raygate.plugin.config import PolicyConfig
+from raygate.server.cache.cluster import ClusterCache
 from raygate.server.fronts.webhook import RayPodWebhook
 from raygate.server.metrics.registry import Metrics
 from tests.conftest import ServerThread, webhook_server
@@ -54,7 +55,8 @@ one to every other route."""
 schema = schemathesis.openapi.from_path(str(DOCUMENT))
 
 
-RAY_PODS = RayPodWebhook(PolicyConfig, Metrics(), gate=True, marker=False)
+RAY_PODS = RayPodWebhook(ClusterCache(PolicyConfig(), "test"), Metrics(), place=True,
+                         marker=False)
 
 
 # --- the document and the servers ----------------------------------------------------------

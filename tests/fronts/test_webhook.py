@@ -1,5 +1,6 @@
-"""The Ray-pod webhook with real AdmissionReview JSON: the gate (over HTTPS on loopback, as
-the server serves it by default) and the opt-in marker."""
+"""The Ray-pod webhook with real AdmissionReview JSON: the gate while raygate's cache is
+loading (over HTTPS on loopback, as the server serves it by default) and the opt-in marker.
+The decision at admission: ``test_webhook_admission.py``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.native import GATE
+from raygate.server.cache.cluster import ClusterCache
 from raygate.server.fronts.webhook import MARKER, RayPodWebhook
 from raygate.server.metrics.registry import Metrics
 from testkit.builders import Obj, make_pod
@@ -75,7 +77,9 @@ CASES = [
 
 
 def marked(body: Obj, *, gate: bool = False, marker: bool = True) -> Obj:
-    webhook = RayPodWebhook(PolicyConfig, Metrics(), gate=gate, marker=marker)
+    # A cache not loaded yet: every CPU-only Ray pod's decision waits at the gate.
+    webhook = RayPodWebhook(ClusterCache(PolicyConfig(), "test"), Metrics(), place=gate,
+                            marker=marker)
     return cast(Obj, json.loads(webhook.mutate(json.dumps(body).encode())))
 
 
@@ -122,7 +126,7 @@ def test_bad_reviews_are_400_and_the_webhook_keeps_serving(
     assert mutate(https, review(make_pod("w").ray("rc", "g").obj())).status_code == 200
 
 
-# --- the gate (placement.native: on, the server's default) -----------------------------------
+# --- the gate (placement.native: on, the server's default), while the cache loads ------------
 
 GATE_CASES = [
     ("worker", make_pod("w").ray("rc", "g").requests(cpu="2").obj(), [GATE]),
@@ -145,7 +149,7 @@ GATE_CASES = [
 
 @pytest.mark.parametrize(("pod", "gates"), [c[1:] for c in GATE_CASES],
                          ids=[c[0] for c in GATE_CASES])
-def test_ray_pods_are_gated_unless_they_need_no_rule(
+def test_while_loading_ray_pods_are_gated_unless_they_need_no_rule(
     pod: Obj, gates: list[str] | None, https: tuple[str, ssl.SSLContext]
 ) -> None:
     response = mutate(https, review(pod)).json()["response"]
@@ -178,10 +182,16 @@ def test_an_update_is_never_gated() -> None:
 def test_a_pod_no_rule_foresaw_is_admitted_unchanged_and_counted() -> None:
     metrics = Metrics()
 
-    def broken() -> PolicyConfig:
-        raise RuntimeError("a policy that cannot be read")
+    class Broken(ClusterCache):
+        @property
+        def ready(self) -> bool:
+            raise RuntimeError("a cache that cannot be read")
 
-    webhook = RayPodWebhook(broken, metrics, gate=True, marker=False)
+        @ready.setter
+        def ready(self, value: bool) -> None:
+            pass
+
+    webhook = RayPodWebhook(Broken(PolicyConfig(), "test"), metrics, place=True, marker=False)
     out = json.loads(webhook.mutate(json.dumps(review(make_pod("w").ray("rc", "g").obj()))
                                     .encode()))
     assert out["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}

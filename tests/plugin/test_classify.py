@@ -4,11 +4,13 @@ import msgspec
 import pytest
 
 from raygate.plugin.classify import (
+    LABEL_ROLE,
     gpu_node_reason,
     gpu_pod_resources,
     group_floor,
     group_roles,
     pod_requests,
+    pod_role,
 )
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import NodeView, PodView, Role
@@ -121,6 +123,43 @@ def test_surplus_is_on_gpu_nodes_first_then_pending_then_youngest() -> None:
                        "young-cpu": Role.SURPLUS, "old-cpu": Role.FLOOR, "gone": None}
     roles = group_roles(pods, floor=3, is_gpu_node={"gpu": True, "cpu": False})
     assert [p.name for p in pods if roles.get(p.uid) is Role.SURPLUS] == ["old-gpu"]
+
+
+WRITTEN = [  # (name, on node, written role) -> role, group floor 2
+    ("floors written, all kept", [("a", "gpu", "floor"), ("b", "cpu", "floor"),
+                                  ("c", "cpu", None)],
+     {"a": "floor", "b": "floor", "c": "surplus"}),
+    ("surplus written, kept on a CPU node", [("a", "cpu", "surplus"), ("b", "cpu", "floor"),
+                                             ("c", "", None)],
+     {"a": "surplus", "b": "floor", "c": "floor"}),
+    ("a floor gone: the written surplus that hurts most to lose tops the count up",
+     [("old", "cpu", "surplus"), ("young", "cpu", "surplus"), ("f", "cpu", "floor")],
+     {"young": "surplus", "old": "floor", "f": "floor"}),
+    ("a value raygate does not write is derived", [("a", "cpu", "boss"), ("b", "cpu", None),
+                                                   ("c", "gpu", None)],
+     {"a": "floor", "b": "floor", "c": "surplus"}),
+]
+
+
+@pytest.mark.parametrize(("pods", "expected"), [c[1:] for c in WRITTEN],
+                         ids=[c[0] for c in WRITTEN])
+def test_group_roles_keep_the_role_written_into_each_pod(
+        pods: list[tuple[str, str, str | None]], expected: dict[str, str]) -> None:
+    views = []
+    for i, (name, node, role) in enumerate(pods):
+        builder = make_pod(name).ray("c", "g").created(f"2026-11-30T0{i}:00:00Z")
+        builder = builder.on(node) if node else builder
+        views.append(pod((builder.label(LABEL_ROLE, role) if role else builder).obj()))
+    roles = group_roles(views, floor=2, is_gpu_node={"gpu": True, "cpu": False})
+    assert {p.name: roles[p.uid].value for p in views} == expected
+
+
+def test_a_pending_pod_reads_its_written_role_not_the_count() -> None:
+    cluster = make_raycluster("c").group("g", replicas=3, min=2, max=3).obj()
+    surplus = make_pod("s").ray("c", "g").label(LABEL_ROLE, "surplus").obj()
+    view = snapshot_of(cluster, surplus)  # nothing scheduled: the count would say floor
+    verdict = pod_role(view.pod(surplus["metadata"]["uid"]), view)  # type: ignore[arg-type]
+    assert verdict.role is Role.SURPLUS and LABEL_ROLE in verdict.reason
 
 
 def test_snapshot_counts_only_live_bound_pods_as_scheduled() -> None:

@@ -36,6 +36,7 @@ from raygate.plugin.model import (
     WorkerGroupSpec,
     WorkloadView,
 )
+from raygate.plugin.native import ANNOTATION_ADMITTED
 from raygate.plugin.quantity import QuantityError, parse_milli
 from raygate.plugin.scale_up import ALL_OR_NOTHING, KEEPS_PODS_OFF
 from raygate.server.cache.convert_gated import UNGATED, gated
@@ -137,6 +138,8 @@ class PodViews:
                 annotations["scheduling.k8s.io/group-name"] = meta.annotations.group_name
             if meta.annotations.task_spec is not None:
                 annotations["volcano.sh/task-spec"] = meta.annotations.task_spec
+            if meta.annotations.admitted is not None:
+                annotations[ANNOTATION_ADMITTED] = meta.annotations.admitted
         conditions = []
         for i, c in enumerate(status.conditions or ()):
             if c.type in POD_CONDITIONS:

@@ -14,7 +14,7 @@ from raygate.plugin.model import NodeAffinityShape
 from raygate.plugin.native import GATE
 from raygate.server.wire import kube
 
-__all__ = ["UNGATED", "Gated", "gated"]
+__all__ = ["UNGATED", "Gated", "affinity_shape", "gated"]
 
 Gated = tuple[tuple[str, ...], NodeAffinityShape | None, NodeConstraints | None]
 UNGATED: Gated = ((), None, None)
@@ -30,7 +30,7 @@ def gated(spec: kube.PodSpec) -> Gated:
     tolerations = tuple(
         Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
         for t in spec.tolerations or ())
-    return gates, _affinity_shape(spec.affinity), NodeConstraints(
+    return gates, affinity_shape(spec.affinity), NodeConstraints(
         MappingProxyType(dict(spec.node_selector or {})), _required_terms(spec.affinity),
         tolerations)
 
@@ -52,9 +52,9 @@ def _required_terms(affinity: Any) -> tuple[tuple[NodeRequirement, ...], ...] | 
         if isinstance(e, dict)) for term in listed)
 
 
-def _affinity_shape(affinity: Any) -> NodeAffinityShape:
+def affinity_shape(affinity: Any) -> NodeAffinityShape:
     """The shape of ``spec.affinity`` as decoded (plain JSON values: the API server has
-    validated it; anything else reads as absent)."""
+    validated it, or validates it after the webhook; anything else reads as absent)."""
     if not isinstance(affinity, dict):
         return NodeAffinityShape()
     node = affinity.get("nodeAffinity")

@@ -1,8 +1,11 @@
 """The release of gated Ray pods: raygate's placement written into each as node affinity.
 
-raygate's webhook adds the scheduling gate ``raygate.io/placement`` to each new CPU-only Ray
-pod (``raygate.server.fronts.webhook``). ``NativePlacement`` follows the cache: when a gated
-pod appears, it decides the pod's role and placement (``plugin.native.release_role``,
+raygate's webhook decides each new Ray pod in its admission; it adds the scheduling gate
+``raygate.io/placement`` only where the decision has to wait: a worker whose RayCluster
+raygate has not seen yet, a surplus worker of an all-or-nothing scale-up, any CPU-only pod
+while raygate's cache is loading (``raygate.server.fronts.webhook``). ``NativePlacement``
+follows the cache: when a gated pod appears, it decides the pod's role and placement
+(``plugin.native.release_role``, counting the pods admitted but not seen yet too;
 ``plugin.placement.decide``) and sends one JSON Patch that writes the native rule, labels
 the pod with its role and rule, and removes the gate (``plugin.native.release_patch``).
 
@@ -51,6 +54,7 @@ from raygate.plugin.placement import decide
 from raygate.plugin.scale_up import gated_pods, scale_up_batch
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
+from raygate.server.controllers.admitted import AdmittedPods
 from raygate.server.kube.transport import ApiError
 from raygate.server.metrics.registry import Metrics
 
@@ -94,7 +98,8 @@ class NativePlacement:
     def __init__(self, cache: ClusterCache, clock: Callable[[], float], patch: PatchPod,
                  metrics: Metrics, *, leading: Callable[[], bool] = lambda: True,
                  wait_seconds: float = 10.0, retry_seconds: float = 1.0,
-                 tick_seconds: float = 1.0, workers: int = 8) -> None:
+                 tick_seconds: float = 1.0, workers: int = 8,
+                 admitted: AdmittedPods | None = None) -> None:
         self.cache = cache
         self.clock = clock
         self.patch = patch
@@ -118,6 +123,8 @@ class NativePlacement:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._stop_following: Callable[[], None] | None = None
+        self.admitted = AdmittedPods() if admitted is None else admitted
+        """The pods the webhook decided at admission that the snapshot lacks yet."""
         self._patching = ThreadPoolExecutor(max_workers=workers,
                                             thread_name_prefix="raygate-native")
         self._closed = False
@@ -240,7 +247,8 @@ class NativePlacement:
 
     def _release(self, snap: Snapshot, pod: PodView, now: float) -> None:
         assert self._loop is not None
-        verdict = release_role(pod, snap, {u: c.role for u, c in self._claims.items()})
+        verdict = release_role(pod, snap, {u: c.role for u, c in self._claims.items()},
+                               self.admitted.pending(pod.group_key, snap, now))
         decision = decide(pod, snap, snap.config, now, role=verdict)
         rule = native_rule(decision, snap.config)
         refusals = self._failures.get(pod.uid, _Failures()).refusals

@@ -2,40 +2,63 @@
 
 It does up to two things to a pod carrying KubeRay's labels:
 
-- **gate** (``placement.native: on``, the default): add the scheduling gate
-  ``raygate.io/placement``, so that no scheduler and no node autoscaler acts on the pod
-  until raygate has written its placement into it (``raygate.server.controllers.placement``). Not
-  for a pod that names its node (the API forbids gates there) or asks for a GPU (raygate
-  has no rule for it: a gate would only cost a write).
+- **place** (``placement.native: on``, the default): decide the pod in its create's
+  admission with the policy's rules (``plugin.native.decide_at_admission``: the role
+  counted from the cache's snapshot and the pods admitted but not seen yet,
+  ``controllers.admitted``) and write the decision into it: the native rule (node
+  affinity), the labels ``raygate.io/role`` and ``raygate.io/rule``, and the annotation
+  ``raygate.io/admitted`` by which raygate finds it again. The pod is created with its
+  rule: one API write. Only where the decision has to wait (a worker whose RayCluster the
+  cache lacks, a surplus worker of an all-or-nothing scale-up, a cache not loaded yet) is
+  the scheduling gate ``raygate.io/placement`` added instead, for raygate's leader to
+  release (``raygate.server.controllers.placement``). Never for a pod that names its node
+  (the API forbids gates there) or asks for a GPU resource (it gets no rule).
 - **mark** (``webhook.marker: on``; off by default): add the extended resource
   ``raygate.io/managed: 1`` to the first container, so that a default-scheduler extender
   with ``managedResources`` is called for Ray pods only. No node autoscaler offers that
   resource: where Karpenter or Cluster Autoscaler runs, the marker keeps every Ray pod from
   getting a node. Only for clusters without node autoscaling.
 
-A review that cannot be read is a 400 (the API server then applies the webhook's
-``failurePolicy: Ignore``: the pod is created unchanged); a pod whose patch cannot be made
-is admitted unchanged, counted and logged. Never a 500 that blocks pod creation.
+The webhook reads the snapshot the cache published last and never waits for another; it
+is served on a thread and event loop of its own (``raygate.server.server``), so no request
+or controller of the main loop delays a pod's create. A dry-run create is decided but
+holds no place. A review that cannot be read is a 400 (the API server then applies the
+webhook's ``failurePolicy: Ignore``: the pod is created unchanged); a pod whose patch
+cannot be made is admitted unchanged, counted and logged. Never a 500 that blocks pod
+creation.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
+import time
 from collections.abc import Callable
 
 import msgspec
 
 from raygate.contract.errors import MissingField
 from raygate.contract.logs import about
+from raygate.plugin.classify import LABEL_ROLE, LABEL_RULE, written_role
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE
-from raygate.plugin.native import GATE
+from raygate.plugin.native import (
+    ANNOTATION_ADMITTED,
+    GATE,
+    NativeRule,
+    admission_patch,
+    decide_at_admission,
+)
 from raygate.plugin.quantity import QuantityError, parse_milli
+from raygate.server.cache import convert
+from raygate.server.cache.cluster import ClusterCache
+from raygate.server.cache.convert_gated import affinity_shape
+from raygate.server.controllers.admitted import AdmittedPods
 from raygate.server.http.routes import Route
 from raygate.server.metrics.registry import Metrics
 from raygate.server.wire import admission_review as wire
-from raygate.server.wire import decode
+from raygate.server.wire import decode, kube
 
 __all__ = ["MARKER", "RayPodWebhook"]
 
@@ -57,7 +80,7 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _marker_patch(pod: wire.PodForPatch) -> Patch:
+def _marker_patch(pod: kube.Pod) -> Patch:
     containers = pod.spec.containers or []
     if not containers:
         return []
@@ -76,12 +99,13 @@ def _marker_patch(pod: wire.PodForPatch) -> Patch:
     return ops
 
 
-def _asks_for_gpu(pod: wire.PodForPatch, config: PolicyConfig) -> bool:
+def _asks_for_gpu(pod: kube.Pod, config: PolicyConfig) -> bool:
     """Any container requests or limits a configured GPU resource (as
     ``classify.gpu_pod_resources`` reads the cached pod). A quantity that does not parse
     counts as a GPU: the API server refuses that pod anyway, and no gate is the safe side.
-    A pod whose GPU comes through DRA (a claim, a resource a DeviceClass backs) is gated:
-    the webhook reads no cache; its release finds it a GPU pod and writes no rule."""
+    Used only where the cache cannot decide the pod: a pod whose GPU comes through DRA (a
+    claim, a resource a DeviceClass backs) is gated then; its release finds it a GPU pod
+    and writes no rule."""
     for container in (*(pod.spec.containers or ()), *(pod.spec.init_containers or ())):
         resources = container.resources
         if resources is None:
@@ -99,7 +123,7 @@ def _asks_for_gpu(pod: wire.PodForPatch, config: PolicyConfig) -> bool:
     return False
 
 
-def _gate_patch(pod: wire.PodForPatch, config: PolicyConfig) -> Patch:
+def _gate_patch(pod: kube.Pod, config: PolicyConfig) -> Patch:
     if pod.spec.node_name or _asks_for_gpu(pod, config):
         return []
     gates = pod.spec.scheduling_gates
@@ -111,17 +135,22 @@ def _gate_patch(pod: wire.PodForPatch, config: PolicyConfig) -> Patch:
 
 
 class RayPodWebhook:
-    """The webhook's one route, gating and/or marking as configured."""
+    """The webhook's one route, placing and/or marking as configured."""
 
-    def __init__(self, config: Callable[[], PolicyConfig], metrics: Metrics, *,
-                 gate: bool, marker: bool) -> None:
-        self.config = config
-        """The policy in force (its GPU resources), read per review: reloads apply."""
+    def __init__(self, cache: ClusterCache, metrics: Metrics, *, place: bool, marker: bool,
+                 admitted: AdmittedPods | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cache = cache
+        """Its snapshot (and the policy in force with it), read once per review."""
         self.metrics = metrics
-        self.gate = gate
+        self.place = place
         self.marker = marker
+        self.admitted = AdmittedPods() if admitted is None else admitted
+        self.clock = clock
+        self._seconds = metrics.webhook_seconds.labels()
 
     def mutate(self, body: bytes) -> bytes:
+        started = time.perf_counter()
         review = decode(_REVIEW.decode, body, "AdmissionReview")
         request = review.request
         if request is None or not request.uid:
@@ -133,28 +162,78 @@ class RayPodWebhook:
         # policy uses decide (a KubeRay pod has both). Gates can be set at CREATE only.
         if (pod is not None and LABEL_CLUSTER in labels and LABEL_NODE_TYPE in labels
                 and request.operation in ("CREATE", "")):
-            ops = self._patch(pod)
+            ops = self._patch(pod, request.uid, request.dry_run)
             if ops:
                 response.patch_type = "JSONPatch"
                 response.patch = base64.b64encode(msgspec.json.encode(ops)).decode()
-        return msgspec.json.encode(wire.AdmissionReviewOut(response=response))
+        reply = msgspec.json.encode(wire.AdmissionReviewOut(response=response))
+        self._seconds.observe(time.perf_counter() - started)
+        return reply
 
-    def _patch(self, pod: wire.PodForPatch) -> Patch:
-        where = about(namespace=pod.metadata.namespace, pod=pod.metadata.name)
+    def _patch(self, pod: kube.Pod, uid: str, dry_run: bool) -> Patch:
+        where = about(namespace=pod.metadata.namespace,
+                      pod=pod.metadata.name or pod.metadata.generate_name)
         try:
-            ops = _gate_patch(pod, self.config()) if self.gate else []
-            gated = bool(ops)
+            ops = self._place(pod, uid, dry_run) if self.place else []
             if self.marker:
                 ops += _marker_patch(pod)
         except Exception:  # a pod no rule foresaw: created unchanged, never a 500
             self.metrics.placement_gates.labels("failed_open").inc()
             log.exception("%s/%s: cannot make the webhook's patch; admitted unchanged",
-                          pod.metadata.namespace, pod.metadata.name, extra=where)
+                          pod.metadata.namespace, pod.metadata.name or
+                          pod.metadata.generate_name, extra=where)
             return []
-        if gated:
+        return ops
+
+    def _place(self, pod: kube.Pod, uid: str, dry_run: bool) -> Patch:
+        annotations = pod.metadata.annotations
+        if annotations is not None and annotations.admitted is not None:
+            self._decided_before(pod, annotations.admitted, uid, dry_run)
+            return []
+        if not self.cache.ready:
+            return self._gate(pod, self.cache.snapshot.config, "raygate's cache is loading")
+        snap, now = self.cache.snapshot, self.clock()
+        view = dataclasses.replace(convert.pod_view(pod, "$.request.object"),
+                                   node_affinity=affinity_shape(pod.spec.affinity))
+        key = view.group_key
+        decided = decide_at_admission(view, snap, snap.config, now,
+                                      self.admitted.pending(key, snap, now))
+        if isinstance(decided, str):
+            return self._gate(pod, snap.config, decided)
+        role, decision = decided.role.role, decided.decision
+        # A pod that names its node is past every scheduler: its labels say its role.
+        rule = NativeRule.NONE if pod.spec.node_name else decided.rule
+        ops = admission_patch(view, rule, {LABEL_ROLE: role.value,
+                                           LABEL_RULE: decision.rule.value},
+                              {ANNOTATION_ADMITTED: uid}, has_annotations=annotations
+                              is not None, config=snap.config)
+        if not dry_run:  # a dry run is never created: it holds no place
+            self.admitted.admit(key, uid, role, now)
+        self.metrics.placement_admissions.labels(decision.rule.value, rule.value).inc()
+        log.debug("%s/%s: created as %s with %s (%s: %s)", view.namespace,
+                  pod.metadata.name or pod.metadata.generate_name, role.value, rule.value,
+                  decision.rule.value, decision.reason,
+                  extra=about(namespace=view.namespace, raycluster=view.ray_cluster))
+        return ops
+
+    def _decided_before(self, pod: kube.Pod, token: str, uid: str, dry_run: bool) -> None:
+        """A pod decided earlier in this create: by this webhook (reinvoked: counted then)
+        or by another raygate replica's, called before this one. The decision stands; this
+        replica counts its place too, so that the two give each floor place once."""
+        if token == uid or dry_run:
+            return
+        view = convert.pod_view(pod, "$.request.object")
+        role = written_role(view)
+        if role is not None:
+            self.admitted.admit(view.group_key, token, role, self.clock())
+
+    def _gate(self, pod: kube.Pod, config: PolicyConfig, why: str) -> Patch:
+        ops = _gate_patch(pod, config)
+        if ops:
             self.metrics.placement_gates.labels("gated").inc()
-            log.debug("gated %s/%s with %s", pod.metadata.namespace, pod.metadata.name,
-                      GATE, extra=where)
+            log.debug("gated %s/%s with %s: %s", pod.metadata.namespace,
+                      pod.metadata.name or pod.metadata.generate_name, GATE, why,
+                      extra=about(namespace=pod.metadata.namespace))
         return ops
 
     def routes(self) -> dict[str, Route]:

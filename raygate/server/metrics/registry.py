@@ -7,20 +7,20 @@ for label look-ups once: routes and verbs bind their series at startup, a reques
 one ``perf_counter`` pair and a handful of ``inc``/``observe`` calls on pre-bound series,
 and no metric call is made per node.
 
-The request-path children are plain cells (``_Cell``, ``_Timing``), not
-``prometheus_client`` metric objects: those take a lock and validate on every call, about
-1.3 µs each, which made ~4 µs of a ~130 µs filter; a cell costs ~0.1 µs. They need no lock
-because one thread writes them: every HTTP and gRPC handler runs on the server's event
-loop, and scrapes read them there too. What is a count of the world rather than of
-requests (objects in the cache, list/watch state, admission states) is computed by
-collectors when Prometheus scrapes, never on the request path.
+The request-path children are plain cells (``metrics.cells``), not ``prometheus_client``
+metric objects: those take a lock and validate on every call, about 1.3 µs each, which
+made ~4 µs of a ~130 µs filter; a cell costs ~0.1 µs. They need no lock because one thread
+writes each series: every HTTP and gRPC handler runs on the server's event loop, the
+admission webhook's on a loop of its own (its series are its own); scrapes only read.
+What is a count of the world rather than of requests (objects in the cache, list/watch
+state, admission states) is computed by collectors when Prometheus scrapes, never on the
+request path.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -31,17 +31,11 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import (
-    CounterMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from raygate.contract.version import build_labels
 from raygate.plugin.placement import Decision, Rule
 from raygate.server.http.routes import Gate, Route
+from raygate.server.metrics.cells import LATENCY_BUCKETS, Counter, F, Families, Histogram
 from raygate.server.metrics.collectors import (
     AdmissionCollector,
     AuthzCollector,
@@ -68,101 +62,6 @@ __all__ = [
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST.encode()
-
-
-# A filter over a few hundred names answers in tens to a hundred-odd microseconds: the
-# buckets start at 50 µs so that its p99 is visible at all, and pass the httpTimeout the
-# deploy/ setups give the schedulers (1 s kube-scheduler, 500 ms Volcano): a request in
-# the top buckets is one the scheduler has likely given up on.
-LATENCY_BUCKETS = (50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
-                   100e-3, 250e-3, 1.0, 2.5)
-
-"""The ``route`` label of paths raygate does not serve: one series for every scanner."""
-
-
-class _Cell:
-    """One counter series: a float only the event loop's thread adds to."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def inc(self, amount: float = 1) -> None:
-        self.value += amount
-
-
-class _Timing:
-    """One histogram series: a count per bucket (the last is +Inf) and the sum."""
-
-    __slots__ = ("counts", "sum")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
-        self.sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        # Prometheus buckets are `le`: the first bound >= the value.
-        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.sum += seconds
-
-
-class _Counter:
-    """A counter family: its series by label values, created on first ``labels``."""
-
-    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = labelnames
-        self.series: dict[tuple[str, ...], _Cell] = {}
-
-    def labels(self, *values: str) -> _Cell:
-        cell = self.series.get(values)
-        if cell is None:
-            cell = self.series[values] = _Cell()
-        return cell
-
-    def collect(self) -> Metric:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, cell in list(self.series.items()):
-            family.add_metric(list(values), cell.value)
-        return family
-
-
-class _Histogram:
-    def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = labelnames
-        self.series: dict[tuple[str, ...], _Timing] = {}
-
-    def labels(self, *values: str) -> _Timing:
-        timing = self.series.get(values)
-        if timing is None:
-            timing = self.series[values] = _Timing()
-        return timing
-
-    def collect(self) -> Metric:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        bounds = [*map(floatToGoString, LATENCY_BUCKETS), "+Inf"]
-        for values, timing in list(self.series.items()):
-            cumulative, buckets = 0, []
-            for bound, count in zip(bounds, list(timing.counts), strict=True):
-                cumulative += count
-                buckets.append((bound, float(cumulative)))
-            family.add_metric(list(values), buckets, timing.sum)
-        return family
-
-
-_F = TypeVar("_F", "_Counter", "_Histogram")
-
-
-class _Families(Collector):
-    def __init__(self, families: list[_Counter | _Histogram]) -> None:
-        self.families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return [family.collect() for family in self.families]
 
 
 class RouteMetrics:
@@ -225,11 +124,11 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self._families: list[_Counter | _Histogram] = []
+        self._families: list[Counter | Histogram] = []
         self._requests()
         self._decisions()
         self._writes()
-        r.register(_Families(self._families))
+        r.register(Families(self._families))
         # The standard process_* and python_* families, under the names every dashboard
         # and alert for a Python service already uses; on this registry, as the default
         # one is never served.
@@ -241,26 +140,26 @@ class Metrics:
         self._limits = LimitCollector()
         r.register(self._limits)
 
-    def _add(self, family: _F) -> _F:
+    def _add(self, family: F) -> F:
         self._families.append(family)
         return family
 
     def _requests(self) -> None:
         """What the HTTP layer counts: every route's latency, status codes and errors."""
-        self.request_seconds = self._add(_Histogram(
+        self.request_seconds = self._add(Histogram(
             "raygate_request_duration_seconds",
             "Time from a request's arrival to its reply being handed to the server, by route.",
             ["route"]))
-        self.requests = self._add(_Counter(
+        self.requests = self._add(Counter(
             "raygate_requests", "HTTP requests answered, by route and status code.",
             ["route", "code"]))
-        self.request_errors = self._add(_Counter(
+        self.request_errors = self._add(Counter(
             "raygate_request_errors",
             "Requests answered with an error, by route and reason (BadRequest, "
             "PayloadTooLarge, NotFound, MethodNotAllowed, InternalError, ...). On the "
             "scheduler routes every one is a fail-open: the scheduler goes on without raygate.",
             ["route", "reason"]))
-        self.requests_timed_out = self._add(_Counter(
+        self.requests_timed_out = self._add(Counter(
             "raygate_requests_timed_out",
             "Connections closed because a request's head and body did not arrive within "
             "the header timeout (a stalled or very slow client), by listener.",
@@ -268,28 +167,28 @@ class Metrics:
 
     def _decisions(self) -> None:
         """What the scheduler verbs decided, and where they failed open."""
-        self.decisions = self._add(_Counter(
+        self.decisions = self._add(Counter(
             "raygate_decisions", "Placement decisions (one per pod per request), by verb and "
             "rule; rule=\"thrash-guard\" counts thrash-guard hits.",
             ["verb", "rule"]))
-        self.gpu_nodes_refused = self._add(_Counter(
+        self.gpu_nodes_refused = self._add(Counter(
             "raygate_gpu_nodes_refused",
             "GPU nodes refused to CPU-only Ray pods, by verb and rule.",
             ["verb", "rule"]))
-        self.victims = self._add(_Counter(
+        self.victims = self._add(Counter(
             "raygate_preempt_victims", "Preemption victims raygate changed, by verb and outcome: "
             "removed (protected: floor, head, preemptable=false) or substituted (a surplus pod "
             "in a protected pod's place).",
             ["verb", "outcome"]))
-        self.preempt_nodes_dropped = self._add(_Counter(
+        self.preempt_nodes_dropped = self._add(Counter(
             "raygate_preempt_nodes_dropped",
             "Candidate nodes raygate removed from a preemption (the floor could not be kept).",
             ["verb"]))
-        self.fail_open = self._add(_Counter(
+        self.fail_open = self._add(Counter(
             "raygate_fail_open", "Inputs raygate did not know and let through, by verb and "
             "cause: unknown-node, unknown-raycluster (treated as floor), unknown-victim.",
             ["verb", "cause"]))
-        self.decision_reuse = self._add(_Counter(
+        self.decision_reuse = self._add(Counter(
             "raygate_decision_reuse",
             "Decision look-ups of kube-scheduler's verbs, by verb and result: hit (the same "
             "pod was decided on the same snapshot, e.g. by filter before prioritize, and that "
@@ -298,7 +197,7 @@ class Metrics:
 
     def _writes(self) -> None:
         """The writes raygate makes to the API server."""
-        self.requeue_nudges = self._add(_Counter(
+        self.requeue_nudges = self._add(Counter(
             "raygate_requeue_nudges",
             "Pending pods raygate annotated so that kube-scheduler tries them again: filter "
             "refused them GPU nodes on a decision a later snapshot reverses (their group's "
@@ -306,32 +205,45 @@ class Metrics:
             "that refused and result: patched, or failed (logged; the pod waits for the next "
             "cluster event or kube-scheduler's periodic flush).",
             ["rule", "result"]))
-        self.disruption_budget_writes = self._add(_Counter(
+        self.disruption_budget_writes = self._add(Counter(
             "raygate_disruption_budget_writes",
             "Writes of the PodDisruptionBudgets that keep each RayCluster's floor, by "
             "result: applied (server-side apply of a budget that changed), deleted (a "
             "budget no floor needs any more), failed (logged; that RayCluster is tried "
             "again with a backoff).",
             ["result"]))
-        self.placement_gates = self._add(_Counter(
+        self.placement_gates = self._add(Counter(
             "raygate_placement_gates",
-            "Ray pods the webhook held with the scheduling gate raygate.io/placement, by "
-            "result: gated, or failed_open (the pod could not be read; created ungated and "
-            "logged).",
+            "Ray pods the webhook held with the scheduling gate raygate.io/placement (only "
+            "where the decision must wait: its RayCluster not in raygate's cache yet, a "
+            "held all-or-nothing scale-up, a cache not yet loaded), by result: gated, or "
+            "failed_open (the pod could not be read; created unchanged and logged).",
             ["result"]))
-        self.placement_releases = self._add(_Counter(
+        self.placement_admissions = self._add(Counter(
+            "raygate_placement_admissions",
+            "Ray pods the webhook decided in their create's admission, created with "
+            "raygate's placement (no gate, no second write), by rule and the native rule "
+            "written (required-not-gpu, preferred-not-gpu, none).",
+            ["rule", "native"]))
+        self.webhook_seconds = self._add(Histogram(
+            "raygate_webhook_duration_seconds",
+            "raygate's own handling of an AdmissionReview on /mutate/ray-pods: from its "
+            "bytes read to the reply's bytes made (kube-apiserver's "
+            "apiserver_admission_webhook_admission_duration_seconds adds the round trip).",
+            []))
+        self.placement_releases = self._add(Counter(
             "raygate_placement_releases",
             "Gated Ray pods raygate released with its placement in native form, by rule, "
             "the native rule written (required-not-gpu, preferred-not-gpu, none) and result: "
             "released, conflict (another writer released it first: nothing written), gone "
             "(the pod was deleted), failed (logged; tried again after a backoff).",
             ["rule", "native", "result"]))
-        self.placement_gate_seconds = self._add(_Histogram(
+        self.placement_gate_seconds = self._add(Histogram(
             "raygate_placement_gate_seconds",
             "How long a released Ray pod was held by raygate's gate: from raygate first "
             "seeing it gated to the release patch answered.",
             []))
-        self.scale_up_releases = self._add(_Counter(
+        self.scale_up_releases = self._add(Counter(
             "raygate_scale_up_releases",
             "All-or-nothing scale-ups (RayClusters annotated raygate.io/scale-up: "
             "all-or-nothing) released from raygate's gate in one pass, by trigger: fits (all "

@@ -5,27 +5,16 @@ from __future__ import annotations
 
 import msgspec
 
-from raygate.server.wire.kube import Container, PodMeta, SchedulingGate
+from raygate.server.wire.kube import Pod
 
 __all__ = ["AdmissionResponse", "AdmissionReviewIn", "AdmissionReviewOut"]
-
-
-class PodSpecForPatch(msgspec.Struct, rename="camel"):
-    containers: list[Container] | None = None
-    init_containers: list[Container] | None = None
-    node_name: str | None = None
-    scheduling_gates: list[SchedulingGate] | None = None
-
-
-class PodForPatch(msgspec.Struct):
-    metadata: PodMeta = msgspec.field(default_factory=PodMeta)
-    spec: PodSpecForPatch = msgspec.field(default_factory=PodSpecForPatch)
 
 
 class AdmissionRequest(msgspec.Struct, rename="camel"):
     uid: str = ""
     operation: str = ""
-    object: PodForPatch | None = None
+    object: Pod | None = None
+    dry_run: bool = False
 
 
 class AdmissionReviewIn(msgspec.Struct, rename="camel"):

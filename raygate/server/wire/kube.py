@@ -36,10 +36,13 @@ class PodAnnotations(msgspec.Struct, omit_defaults=True):
     preemptable: str | None = msgspec.field(default=None, name="volcano.sh/preemptable")
     group_name: str | None = msgspec.field(default=None, name="scheduling.k8s.io/group-name")
     task_spec: str | None = msgspec.field(default=None, name="volcano.sh/task-spec")
+    admitted: str | None = msgspec.field(default=None, name="raygate.io/admitted")
 
 
 class PodMeta(_Base):
     name: str = ""
+    generate_name: str = ""
+    """Set, with no name, on a pod in its create's admission (KubeRay's pods)."""
     namespace: str = ""
     uid: str = ""
     resource_version: str = ""
