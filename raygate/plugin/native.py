@@ -29,13 +29,14 @@ seen yet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 
 from raygate.plugin.classify import LABEL_ROLE, LABEL_RULE, RoleVerdict, fixed_role_or_floor
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.model import ClusterView, NodeAffinityShape, PodView, Role
+from raygate.plugin.model import ClusterView, GroupKey, NodeAffinityShape, PodView, Role
 from raygate.plugin.placement import Decision, Placement, Rule, decide
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "decide_at_admission",
     "native_rule",
     "not_gpu_expressions",
+    "places_taken",
     "release_patch",
     "release_role",
 ]
@@ -70,6 +72,7 @@ per-node failures for the rest (v1.14.1 ``actions/allocate``: ``TaskHasFitErrors
 GPU nodes would take. Apart, each task spec holds pods of one rule. KubeRay only writes the
 annotation; Volcano's gang counts ``minMember`` over all tasks (KubeRay sets no
 ``minTaskMember``), whatever their names."""
+EMPTY_ROLES: Mapping[str, Role] = MappingProxyType({})
 PREFERRED_WEIGHT = 100  # the most a preferred term may weigh: kube-scheduler scales it
 
 
@@ -95,15 +98,16 @@ WAIT_FOR_BATCH = "a surplus worker of an all-or-nothing scale-up: held with its 
 
 
 def decide_at_admission(pod: PodView, view: ClusterView, config: PolicyConfig, now: float,
-                        pending: Sequence[Role]) -> AdmissionDecision | str:
-    """How a new Ray pod is created (``pending``: ``admission_role``'s), or why its
+                        taken: Callable[[], int]) -> AdmissionDecision | str:
+    """How a new Ray pod is created (``taken``: ``admission_role``'s, asked only where a
+    count decides), or why its
     decision has to wait at raygate's gate: a worker whose RayCluster the view lacks (the
     count needs its floor; the RayCluster comes by another watch), a CPU-only surplus
     worker of an all-or-nothing scale-up (released with its batch)."""
     cluster = view.raycluster(pod.namespace, pod.ray_cluster)
     if cluster is None and pod.ray_node_type != "head":
         return WAIT_FOR_RAYCLUSTER
-    role = admission_role(pod, view, pending)
+    role = admission_role(pod, view, taken() if pod.ray_node_type != "head" else 0)
     decision = decide(pod, view, config, now, role=role)
     if (cluster is not None and cluster.all_or_nothing and role.role is Role.SURPLUS
             and decision.rule is not Rule.GPU_POD):
@@ -223,37 +227,39 @@ def _live(pod: PodView) -> bool:
 
 
 def release_role(pod: PodView, view: ClusterView, claimed: Mapping[str, Role],
-                 pending: Sequence[Role] = ()) -> RoleVerdict:
+                 admitted: int = 0) -> RoleVerdict:
     """The role ``pod`` (held by ``GATE``) is released with: the floor goes to the first
-    pods released in its group. ``claimed`` holds the roles of pods released whose release
-    the view does not show yet, ``pending`` those of pods decided at admission that it
-    does not show yet; a live pod released without ``LABEL_ROLE`` (before raygate ran, or
-    while it was down) holds a floor place."""
+    pods decided in its group. ``claimed`` holds the roles of pods released whose release
+    the view does not show yet, ``admitted`` the floor places of pods decided at admission
+    that it does not show yet; a live pod released without ``LABEL_ROLE`` (before raygate
+    ran, or while it was down) holds a floor place."""
     floor = fixed_role_or_floor(pod, view)
     if isinstance(floor, RoleVerdict):
         return floor
-    held = _places_taken(pod, view, claimed) + sum(r is not Role.SURPLUS for r in pending)
+    held = places_taken(pod.group_key, view, claimed, pod.uid) + admitted
     return _by_count(pod, held, floor, "released")
 
 
-def admission_role(pod: PodView, view: ClusterView, pending: Sequence[Role]
-                   ) -> RoleVerdict:
-    """The role a new pod is created with: the floor goes to the first pods admitted in
-    its group. ``pending`` holds the roles of pods admitted whose creation the view does
-    not show yet: each holds its place, as the pods the view shows do (their
-    ``LABEL_ROLE``; floor for one without). The view can only lag, never lead, so a count
-    that misses a pod gives floor, the safe side."""
+def admission_role(pod: PodView, view: ClusterView, taken: int) -> RoleVerdict:
+    """The role a new pod is created with: the floor goes to the first pods created in its
+    group. ``taken``: the floor places its group's pods hold — those the view shows
+    (``places_taken``) and those admitted that it does not show yet. The view can only lag,
+    never lead, so a count that misses a pod gives floor, the safe side."""
     floor = fixed_role_or_floor(pod, view)
     if isinstance(floor, RoleVerdict):
         return floor
-    held = _places_taken(pod, view, {}) + sum(r is not Role.SURPLUS for r in pending)
-    return _by_count(pod, held, floor, "created")
+    return _by_count(pod, taken, floor, "created")
 
 
-def _places_taken(pod: PodView, view: ClusterView, claimed: Mapping[str, Role]) -> int:
+def places_taken(key: GroupKey, view: ClusterView, claimed: Mapping[str, Role] = EMPTY_ROLES,
+                 but: str = "") -> int:
+    """The floor places the live pods of group ``key`` in ``view`` (but ``but``) hold: a head
+    or floor ``LABEL_ROLE``, or none (decided before raygate ran, or without it); or their
+    role in ``claimed`` (released, the view not showing it yet). A gated pod holds none
+    until it is released."""
     held = 0
-    for other in view.group_pods(pod.group_key):
-        if other.uid == pod.uid or not _live(other):
+    for other in view.group_pods(key):
+        if other.uid == but or not _live(other):
             continue
         role = claimed.get(other.uid)
         if role is None:

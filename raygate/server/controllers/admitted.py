@@ -21,7 +21,6 @@ The webhook's thread and the server's loop (a gated pod's release) both read it:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 from raygate.plugin.model import ClusterView, GroupKey, Role
 from raygate.plugin.native import ANNOTATION_ADMITTED
@@ -34,51 +33,73 @@ take well under a second even in a 1,000-pod burst on two cores; a pod not seen 
 was most likely never created."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Admitted:
-    token: str
-    role: Role
-    at: float
+class _Group:
+    """One group's admitted pods, oldest first, and the floor places they hold."""
+
+    __slots__ = ("entries", "floor", "pruned")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[Role, float]] = {}
+        """By token, in admission order (a dict keeps it): the oldest expire first."""
+        self.floor = 0
+        self.pruned: object = None
+        """The view whose pods were last taken off: a view is looked at once."""
+
+    def add(self, token: str, role: Role, now: float) -> None:
+        if token not in self.entries:
+            self.entries[token] = (role, now)
+            self.floor += role is not Role.SURPLUS
+
+    def forget(self, token: str) -> None:
+        entry = self.entries.pop(token, None)
+        if entry is not None:
+            self.floor -= entry[0] is not Role.SURPLUS
+
+    def expire(self, before: float) -> None:
+        while self.entries:
+            token, (_, at) = next(iter(self.entries.items()))
+            if at > before:
+                return
+            self.forget(token)
 
 
 class AdmittedPods:
     def __init__(self, hold_seconds: float = HOLD_SECONDS) -> None:
         self.hold_seconds = hold_seconds
         self._lock = threading.Lock()
-        self._groups: dict[GroupKey, list[_Admitted]] = {}
+        self._groups: dict[GroupKey, _Group] = {}
         self._swept = 0.0
 
-    def pending(self, key: GroupKey, view: ClusterView, now: float) -> list[Role]:
-        """The roles of ``key``'s pods admitted that ``view`` does not show yet (and are
-        not past their hold); forgets the others."""
+    def held(self, key: GroupKey, view: ClusterView, now: float) -> int:
+        """The floor places of ``key``'s pods admitted that ``view`` does not show yet (and
+        not past their hold); forgets the others. O(1) but once per view and group, when
+        the group's pods in it are looked at."""
         with self._lock:
-            entries = self._groups.get(key)
-            if not entries:
-                return []
-            seen = {p.annotations.get(ANNOTATION_ADMITTED) for p in view.group_pods(key)}
-            kept = [e for e in entries
-                    if e.token not in seen and now - e.at < self.hold_seconds]
-            if kept:
-                self._groups[key] = kept
-            else:
+            group = self._groups.get(key)
+            if group is None:
+                return 0
+            if group.pruned is not view:
+                group.pruned = view
+                for pod in view.group_pods(key):
+                    token = pod.annotations.get(ANNOTATION_ADMITTED)
+                    if token is not None:
+                        group.forget(token)
+            group.expire(now - self.hold_seconds)
+            if not group.entries:
                 del self._groups[key]
-            return [e.role for e in kept]
+            return group.floor
 
     def admit(self, key: GroupKey, token: str, role: Role, now: float) -> None:
         """``token``'s pod was admitted in ``key`` with ``role`` (once: again, nothing)."""
         with self._lock:
-            entries = self._groups.setdefault(key, [])
-            if all(e.token != token for e in entries):
-                entries.append(_Admitted(token, role, now))
+            self._groups.setdefault(key, _Group()).add(token, role, now)
             if now - self._swept >= self.hold_seconds:  # groups no admission asks again
                 self._swept = now
-                for group in list(self._groups):
-                    kept = [e for e in self._groups[group] if now - e.at < self.hold_seconds]
-                    if kept:
-                        self._groups[group] = kept
-                    else:
-                        del self._groups[group]
+                for k, group in list(self._groups.items()):
+                    group.expire(now - self.hold_seconds)
+                    if not group.entries:
+                        del self._groups[k]
 
     def __len__(self) -> int:
         with self._lock:
-            return sum(map(len, self._groups.values()))
+            return sum(len(g.entries) for g in self._groups.values())

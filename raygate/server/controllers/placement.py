@@ -248,7 +248,7 @@ class NativePlacement:
     def _release(self, snap: Snapshot, pod: PodView, now: float) -> None:
         assert self._loop is not None
         verdict = release_role(pod, snap, {u: c.role for u, c in self._claims.items()},
-                               self.admitted.pending(pod.group_key, snap, now))
+                               self.admitted.held(pod.group_key, snap, now))
         decision = decide(pod, snap, snap.config, now, role=verdict)
         rule = native_rule(decision, snap.config)
         refusals = self._failures.get(pod.uid, _Failures()).refusals

@@ -42,18 +42,20 @@ from raygate.contract.errors import MissingField
 from raygate.contract.logs import about
 from raygate.plugin.classify import LABEL_ROLE, LABEL_RULE, written_role
 from raygate.plugin.config import PolicyConfig
-from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE
+from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE, GroupKey
 from raygate.plugin.native import (
     ANNOTATION_ADMITTED,
     GATE,
     NativeRule,
     admission_patch,
     decide_at_admission,
+    places_taken,
 )
 from raygate.plugin.quantity import QuantityError, parse_milli
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.convert_gated import affinity_shape
+from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.admitted import AdmittedPods
 from raygate.server.http.routes import Route
 from raygate.server.metrics.registry import Metrics
@@ -148,6 +150,8 @@ class RayPodWebhook:
         self.admitted = AdmittedPods() if admitted is None else admitted
         self.clock = clock
         self._seconds = metrics.webhook_seconds.labels()
+        self._counted: Snapshot | None = None
+        self._counts: dict[GroupKey, int] = {}
 
     def mutate(self, body: bytes) -> bytes:
         started = time.perf_counter()
@@ -196,8 +200,8 @@ class RayPodWebhook:
         view = dataclasses.replace(convert.pod_view(pod, "$.request.object"),
                                    node_affinity=affinity_shape(pod.spec.affinity))
         key = view.group_key
-        decided = decide_at_admission(view, snap, snap.config, now,
-                                      self.admitted.pending(key, snap, now))
+        decided = decide_at_admission(view, snap, snap.config, now, lambda: self._taken(
+            snap, key) + self.admitted.held(key, snap, now))
         if isinstance(decided, str):
             return self._gate(pod, snap.config, decided)
         role, decision = decided.role.role, decided.decision
@@ -215,6 +219,16 @@ class RayPodWebhook:
                   decision.rule.value, decision.reason,
                   extra=about(namespace=view.namespace, raycluster=view.ray_cluster))
         return ops
+
+    def _taken(self, snap: Snapshot, key: GroupKey) -> int:
+        """``places_taken`` in ``snap``, counted once per snapshot and group: a burst's
+        admissions between two publishes walk the group once."""
+        if self._counted is not snap:
+            self._counted, self._counts = snap, {}
+        taken = self._counts.get(key)
+        if taken is None:
+            taken = self._counts[key] = places_taken(key, snap)
+        return taken
 
     def _decided_before(self, pod: kube.Pod, token: str, uid: str, dry_run: bool) -> None:
         """A pod decided earlier in this create: by this webhook (reinvoked: counted then)
