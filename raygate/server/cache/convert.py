@@ -22,6 +22,7 @@ from raygate.plugin.admission.autoscalers import wanted
 from raygate.plugin.constraints import Taint
 from raygate.plugin.devices import PodClaim
 from raygate.plugin.model import (
+    ANNOTATION_PREEMPTABLE,
     EMPTY,
     Condition,
     ContainerResources,
@@ -130,16 +131,7 @@ class PodViews:
 
     def __call__(self, pod: kube.Pod, path: str = "$") -> PodView:
         meta, spec, status = pod.metadata, pod.spec, pod.status
-        annotations: dict[str, str] = {}
-        if meta.annotations is not None:
-            if meta.annotations.preemptable is not None:
-                annotations["volcano.sh/preemptable"] = meta.annotations.preemptable
-            if meta.annotations.group_name is not None:
-                annotations["scheduling.k8s.io/group-name"] = meta.annotations.group_name
-            if meta.annotations.task_spec is not None:
-                annotations["volcano.sh/task-spec"] = meta.annotations.task_spec
-            if meta.annotations.admitted is not None:
-                annotations[ANNOTATION_ADMITTED] = meta.annotations.admitted
+        annotations = _annotations(meta.annotations) if meta.annotations is not None else {}
         conditions = []
         for i, c in enumerate(status.conditions or ()):
             if c.type in POD_CONDITIONS:
@@ -230,6 +222,18 @@ class PodViews:
             where = where % index if "%" in where else where
             seconds = self._times.put(value, timestamp(value, path + where))
         return seconds
+
+
+def _annotations(kept: kube.PodAnnotations) -> dict[str, str]:
+    """The annotations a view keeps, of those raygate reads."""
+    out: dict[str, str] = {}
+    for key, value in ((ANNOTATION_PREEMPTABLE, kept.preemptable),
+                       ("scheduling.k8s.io/group-name", kept.group_name),
+                       ("volcano.sh/task-spec", kept.task_spec),
+                       (ANNOTATION_ADMITTED, kept.admitted)):
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def pod_claims(claims: list[kube.PodResourceClaim] | None) -> tuple[PodClaim, ...]:

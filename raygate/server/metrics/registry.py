@@ -128,6 +128,7 @@ class Metrics:
         self._requests()
         self._decisions()
         self._writes()
+        self._placement()
         r.register(Families(self._families))
         # The standard process_* and python_* families, under the names every dashboard
         # and alert for a Python service already uses; on this registry, as the default
@@ -212,6 +213,9 @@ class Metrics:
             "budget no floor needs any more), failed (logged; that RayCluster is tried "
             "again with a backoff).",
             ["result"]))
+
+    def _placement(self) -> None:
+        """What the native placement writes: pods decided at admission, gated, released."""
         self.placement_gates = self._add(Counter(
             "raygate_placement_gates",
             "Ray pods the webhook held with the scheduling gate raygate.io/placement (only "
