@@ -19,10 +19,11 @@ import pytest
 from e2e import report
 from e2e.admission import AdmissionRecorder
 from e2e.gangs import GangRecorder, events
-from e2e.objects import node, raycluster, tolerating_gpu_groups
+from e2e.objects import TOLERATE_GPU, Group, node, raycluster, tolerating_gpu_groups
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import assert_untouched, bring_up, pending_replacements, priority_class
 from raygate.contract.admission_status import AdmissionStatus
+from raygate.plugin.classify import LABEL_ROLE
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e
@@ -99,6 +100,44 @@ def test_volcano_places_the_gang_floor_on_cpu_nodes(scenario: Scenario) -> None:
         assert "GPU" in kinds(scenario, "overflow"), "overflow surplus may use the GPU node"
         report.add("volcano-1-placement", gang_report(
             "Volcano: placement with raygate as the extender plugin", scenario, groups))
+    finally:
+        groups.close()
+
+
+def test_volcano_strands_no_surplus_worker_behind_a_waiting_floor(scenario: Scenario) -> None:
+    """One role per pod behind Volcano (issue #42 item 3): a group whose floor is two pods,
+    one CPU place free, a GPU node with room, a second CPU node added later. Volcano skips
+    the rest of a task spec's pods once one fails its predicates everywhere; the surplus
+    worker carries a task spec of its own (``<group>-surplus``), so the floor worker that
+    waits for CPU does not strand it: the gang (head, one floor, the surplus) runs at once,
+    the second floor worker on the CPU node when it comes."""
+    name = scenario.name
+    groups = podgroups(scenario)
+    try:
+        scenario.setup([node(f"{name}-cpu-1", name, cpu=4),
+                        node(f"{name}-gpu", name, cpu=8, gpus=4)])
+        body = raycluster("shape", scenario.namespace, name, [Group(
+            "work", 3, "2", min=2, max=4, pod_spec={"tolerations": [TOLERATE_GPU]})],
+            scheduler="volcano")
+        body["metadata"]["labels"] = dict(QUEUE)
+        scenario.create(body)
+        wait_until("the head, a floor and the surplus worker running", lambda: len(
+            scenario.running("headgroup")) == 1 and len(scenario.running("work")) == 2,
+            timeout=120)
+        specs = {(p["metadata"]["labels"][LABEL_ROLE],
+                  p["metadata"]["annotations"]["volcano.sh/task-spec"])
+                 for p in scenario.group_pods("work")}
+        assert specs == {("floor", "work"), ("surplus", "work-surplus")}, specs
+        assert kinds(scenario, "work") == ["CPU", "GPU"]
+        scenario.step("head and a floor worker on cpu-1, the surplus worker (task spec "
+                      "work-surplus) on the GPU node; the other floor worker waits")
+        scenario.add_node(node(f"{name}-cpu-2", name, cpu=4))
+        wait_until("4 of 4 running", lambda: len(scenario.running("work")) == 3, timeout=120)
+        assert kinds(scenario, "work") == ["CPU", "CPU", "GPU"]
+        scenario.step("cpu-2 added: the second floor worker bound there; 4 of 4 running")
+        report.add("volcano-5-one-role", gang_report(
+            "Volcano: floor 2, one CPU place, a GPU node with room, a CPU node later",
+            scenario, groups))
     finally:
         groups.close()
 
