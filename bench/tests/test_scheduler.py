@@ -11,7 +11,7 @@ import pytest
 
 from bench import payloads
 from bench.kubeapi import KubeApi
-from bench.scheduler_clock import GATE, BurstClock, latencies
+from bench.scheduler_clock import GATE, LABEL_RULE, BurstClock, latencies, marked
 from bench.scheduler_objects import nodes, rayclusters, worker_pods
 from bench.scheduler_report import (
     Run,
@@ -109,6 +109,14 @@ def test_the_clock_sees_added_released_and_bound_once() -> None:
     clock.see(_pod("b", node="n2"))
     assert clock.done.is_set() and "b" not in clock.released
     assert latencies({"a": 1.0, "b": 2.0}, {"a": 1.5}) == [0.5]
+
+
+def test_the_webhook_marks_a_pod_gated_or_decided_at_admission() -> None:
+    assert marked(_pod("a", gated=True))
+    decided = _pod("b")
+    decided["metadata"]["labels"] = {LABEL_RULE: "floor-avoids-gpu"}
+    assert marked(decided)
+    assert not marked(_pod("c")) and not marked({"metadata": {"labels": None}, "spec": {}})
 
 
 def test_percentile_is_the_nearest_rank() -> None:
