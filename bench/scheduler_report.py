@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.measure import reuse_counts
 from bench.reporter import markdown_table
-from bench.scheduler_clock import BurstClock, Sent, latencies, p50_p99_ms
+from bench.scheduler_clock import LABEL_RULE, BurstClock, Sent, latencies, p50_p99_ms
 from bench.scheduler_cost import (
     NAN2,
     WEBHOOK_NAME,
@@ -26,7 +26,7 @@ from bench.stats import median
 
 __all__ = ["CONTENDERS", "GATE_SECONDS", "NATIVE", "WEBHOOK_NAME", "WEBHOOK_SECONDS", "Run",
            "cost_table", "delta_mean", "delta_quantiles", "describe", "goal", "histograms",
-           "markdown", "measured", "plot", "reuse_share", "summarise"]
+           "markdown", "marks_wrong", "measured", "plot", "reuse_share", "summarise"]
 
 CONTENDERS = ("none", "empty", "go-peer", "raygate", "raygate-native")
 NATIVE = "raygate-native"
@@ -125,6 +125,21 @@ def reuse_share(before: str, after: str) -> float:
     hits1, misses1 = reuse_counts(after).get("scheduler/prioritize", (0.0, 0.0))
     asked = (hits1 - hits0) + (misses1 - misses0)
     return (hits1 - hits0) / asked if asked else math.nan
+
+
+def marks_wrong(run: Run, released: int) -> str:
+    """What is wrong with the marks raygate's webhook left on ``run``'s pods (``run.gated``
+    of them gated, ``released`` of those released, ``run.rules`` their label
+    ``raygate.io/rule``), or "": with ``raygate-native`` every pod labelled, decided at
+    admission or gated and released; with the others none gated, none labelled."""
+    unlabelled = run.rules.get("", 0)
+    if run.contender == NATIVE and (unlabelled or released != run.gated):
+        return (f"{unlabelled} of {run.pods} pods without {LABEL_RULE}; {released} released "
+                f"of {run.gated} gated")
+    if run.contender != NATIVE and (run.gated or unlabelled != run.pods):
+        return (f"{run.gated} pods gated and {run.pods - unlabelled} labelled {LABEL_RULE} of "
+                f"{run.pods} (expected none)")
+    return ""
 
 
 def describe(run: Run) -> str:

@@ -88,6 +88,7 @@ from bench.scheduler_report import (
     delta_quantiles,
     describe,
     markdown,
+    marks_wrong,
     measured,
     plot,
     reuse_share,
@@ -300,15 +301,10 @@ class Bench:
         result.rules = dict(Counter((p["metadata"].get("labels") or {}).get(LABEL_RULE, "")
                                     for p in placed))
         self.say(describe(result))
-        contender, unlabelled = result.contender, result.rules.get("", 0)
-        if contender == NATIVE and (unlabelled or len(clock.released) != result.gated):
-            raise RuntimeError(f"{contender}: {unlabelled} of {len(pods)} pods without "
-                               f"{LABEL_RULE}; {len(clock.released)} released of "
-                               f"{result.gated} gated")
-        if contender != NATIVE and (result.gated or unlabelled != len(pods)):
-            raise RuntimeError(f"{contender}: {result.gated} pods gated and "
-                               f"{len(pods) - unlabelled} labelled {LABEL_RULE} of "
-                               f"{len(pods)} (expected none)")
+        contender = result.contender
+        wrong = marks_wrong(result, len(clock.released))
+        if wrong:
+            raise RuntimeError(f"{contender}: {wrong}")
         if contender in APPLIES_THE_RULE and result.floor_on_gpu:
             raise RuntimeError(f"{contender}: {result.floor_on_gpu} floor workers placed on "
                                f"GPU nodes")
