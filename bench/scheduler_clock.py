@@ -17,9 +17,10 @@ from typing import Any
 
 from bench.kubeapi import ApiError, KubeApi
 from bench.stats import p50_p99
-from raygate.plugin.native import GATE
+from raygate.plugin.native import GATE, LABEL_RULE
 
-__all__ = ["GATE", "BurstClock", "Sent", "create_burst", "latencies", "p50_p99_ms"]
+__all__ = ["GATE", "LABEL_RULE", "BurstClock", "Sent", "create_burst", "latencies", "marked",
+           "p50_p99_ms"]
 
 Obj = dict[str, Any]
 CREATE_THREADS = 8
@@ -119,6 +120,13 @@ class BurstClock:
                     listed = self.api.request("GET", self.path)
                     version = listed["metadata"]["resourceVersion"]
                     self._see_all(listed["items"])
+
+
+def marked(pod: Obj) -> bool:
+    """Whether raygate's webhook took ``pod`` in hand: gated (decided later, at the
+    release), or decided at admission (labelled ``raygate.io/rule``)."""
+    gates = {g["name"] for g in pod["spec"].get("schedulingGates") or []}
+    return GATE in gates or LABEL_RULE in (pod["metadata"].get("labels") or {})
 
 
 def latencies(since: dict[str, float], until: dict[str, float]) -> list[float]:

@@ -9,15 +9,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.measure import reuse_counts
 from bench.reporter import markdown_table
-from bench.stats import histogram_quantile, median
+from bench.scheduler_clock import LABEL_RULE, BurstClock, Sent, latencies, p50_p99_ms
+from bench.scheduler_cost import (
+    NAN2,
+    WEBHOOK_NAME,
+    WEBHOOK_SECONDS,
+    Cost,
+    delta_mean,
+    delta_quantiles,
+    histograms,
+)
+from bench.stats import histogram_quantile as quantile
+from bench.stats import median
 
 __all__ = ["CONTENDERS", "GATE_SECONDS", "NATIVE", "WEBHOOK_NAME", "WEBHOOK_SECONDS", "Run",
-           "delta_mean", "delta_quantiles", "goal", "histograms", "markdown", "plot", "reuse_share",
-           "summarise"]
+           "cost_table", "delta_mean", "delta_quantiles", "describe", "goal", "histograms",
+           "markdown", "marks_wrong", "measured", "plot", "reuse_share", "summarise"]
 
 CONTENDERS = ("none", "empty", "go-peer", "raygate", "raygate-native")
 NATIVE = "raygate-native"
@@ -25,11 +34,7 @@ GOAL_KEPT = 0.95
 """Issue #26: raygate's native rules keep this share of the no-extender pods/s..."""
 GOAL_P99_MS = 50.0
 """...and add at most this to the creation→bind p99 (5,000 nodes, a 1,000-pod burst)."""
-NAN2 = (math.nan, math.nan)
 GATE_SECONDS = "raygate_placement_gate_seconds"
-WEBHOOK_SECONDS = "apiserver_admission_webhook_admission_duration_seconds"
-WEBHOOK_NAME = "ray-pods.raygate.io"
-"""raygate's webhook, as deploy/native-placement names it."""
 
 
 @dataclass
@@ -64,9 +69,6 @@ class Run:
     """(p50, p99) from a pod ADDED to bound, by the bench's watch."""
     release_ms: tuple[float, float] = NAN2
     """Gated pods: (p50, p99) from ADDED to the gate gone, by the bench's watch."""
-    webhook_ms: tuple[float, float] = NAN2
-    """kube-apiserver's ``apiserver_admission_webhook_admission_duration_seconds`` for
-    raygate's webhook during the run, (p50, p99) from its buckets."""
     gate_ms: tuple[float, float] = NAN2
     """raygate's ``raygate_placement_gate_seconds`` during the run, (p50, p99); its
     buckets end at 2.5 s (a quantile beyond reads 2,500)."""
@@ -77,59 +79,41 @@ class Run:
     timeline: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Phase (added, released, bound) to its (first, last) pod, seconds after the first
     create sent: where a slow run's time went."""
+    gated: int = 0
+    """Pods the bench's watch first saw with raygate's gate."""
+    rules: dict[str, int] = field(default_factory=dict)
+    """Pods by their label ``raygate.io/rule`` after the burst ("" for none)."""
+    cost: Cost = field(default_factory=Cost)
+    """API writes, CPU and the webhook's time over the burst (``bench.scheduler_cost``)."""
 
 
 
-def histograms(text: str, name: str, /, **match: str) -> dict[str, list[tuple[float, float]]]:
-    """Buckets of histogram ``name`` whose labels include ``match``, summed over the other
-    labels and keyed by ``extension_point`` (or "" for the others)."""
-    out: dict[str, dict[float, float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != name:
-            continue
-        for sample in family.samples:
-            if not sample.name.endswith("_bucket"):
-                continue
-            if any(sample.labels.get(k) != v for k, v in match.items()):
-                continue
-            key = sample.labels.get("extension_point", "")
-            le = float(sample.labels["le"])
-            out.setdefault(key, {})[le] = out.get(key, {}).get(le, 0.0) + sample.value
-    return {k: sorted(v.items()) for k, v in out.items()}
-
-
-
-def delta_quantiles(before: dict[str, str], after: dict[str, str], source: str,
-                    metric: str, /, **match: str) -> tuple[float, float]:
-    """(p50, p99) in ms of what histogram ``metric`` observed between two scrapes of
-    ``source`` (a key of both, a /metrics text); NaN when it was not scraped."""
-    if source not in before or source not in after:
-        return NAN2
-    was = dict(histograms(before[source], metric, **match).get("", []))
-    now = histograms(after[source], metric, **match).get("", [])
-    delta = [(le, count - was.get(le, 0.0)) for le, count in now]
-    return 1e3 * histogram_quantile(delta, 0.5), 1e3 * histogram_quantile(delta, 0.99)
-
-
-def delta_mean(before: dict[str, str], after: dict[str, str], source: str,
-               metric: str) -> float:
-    """The mean in ms of what histogram ``metric`` observed between two scrapes."""
-    if source not in before or source not in after:
-        return math.nan
-    was, now = _sum_count(before[source], metric), _sum_count(after[source], metric)
-    count = now[1] - was[1]
-    return 1e3 * (now[0] - was[0]) / count if count else math.nan
-
-
-def _sum_count(text: str, metric: str) -> tuple[float, float]:
-    total = count = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples if family.name == metric else ():
-            if sample.name.endswith("_sum"):
-                total += sample.value
-            elif sample.name.endswith("_count"):
-                count += sample.value
-    return total, count
+def measured(node_count: int, contender: str, run: int, *, metrics: str,
+             sent: dict[str, Sent], clock: BurstClock) -> Run:
+    """A run as the bench's clock and kube-scheduler's /metrics (``metrics``) saw it."""
+    count = len(sent)
+    first = min(s.sent for s in sent.values())
+    binds = sorted(clock.bound.values())
+    attempts = histograms(metrics, "scheduler_scheduling_attempt_duration_seconds",
+                          result="scheduled").get("", [])
+    algorithm = histograms(metrics, "scheduler_scheduling_algorithm_duration_seconds"
+                           ).get("", [])
+    points = histograms(metrics, "scheduler_framework_extension_point_duration_seconds",
+                        status="Success")
+    return Run(
+        node_count, contender, run, count, binds[-1] - first,
+        count / (binds[-1] - first),
+        1e3 * quantile(attempts, 0.5), 1e3 * quantile(attempts, 0.99),
+        1e3 * quantile(algorithm, 0.5), 1e3 * quantile(algorithm, 0.99),
+        {p: (1e3 * quantile(b, 0.5), 1e3 * quantile(b, 0.99)) for p, b in points.items()},
+        created_per_second=count / (max(clock.added.values()) - first),
+        bind_span_per_second=(count - 1) / (binds[-1] - binds[0]),
+        create_ms=p50_p99_ms([s.answered - s.sent for s in sent.values()]),
+        bind_ms=p50_p99_ms(latencies(clock.added, clock.bound)),
+        release_ms=p50_p99_ms(latencies(clock.added, clock.released)),
+        timeline={phase: (min(at.values()) - first, max(at.values()) - first)
+                  for phase, at in (("added", clock.added), ("released", clock.released),
+                                    ("bound", clock.bound)) if at})
 
 
 def reuse_share(before: str, after: str) -> float:
@@ -141,6 +125,42 @@ def reuse_share(before: str, after: str) -> float:
     hits1, misses1 = reuse_counts(after).get("scheduler/prioritize", (0.0, 0.0))
     asked = (hits1 - hits0) + (misses1 - misses0)
     return (hits1 - hits0) / asked if asked else math.nan
+
+
+def marks_wrong(run: Run, released: int) -> str:
+    """What is wrong with the marks raygate's webhook left on ``run``'s pods (``run.gated``
+    of them gated, ``released`` of those released, ``run.rules`` their label
+    ``raygate.io/rule``), or "": with ``raygate-native`` every pod labelled, decided at
+    admission or gated and released; with the others none gated, none labelled."""
+    unlabelled = run.rules.get("", 0)
+    if run.contender == NATIVE and (unlabelled or released != run.gated):
+        return (f"{unlabelled} of {run.pods} pods without {LABEL_RULE}; {released} released "
+                f"of {run.gated} gated")
+    if run.contender != NATIVE and (run.gated or unlabelled != run.pods):
+        return (f"{run.gated} pods gated and {run.pods - unlabelled} labelled {LABEL_RULE} of "
+                f"{run.pods} (expected none)")
+    return ""
+
+
+def describe(run: Run) -> str:
+    """One run in a line, for the log as it goes."""
+    spent, reuse = run.cost, run.prioritize_reuse
+    cpu = " / ".join(f"{spent.cpu.get(k, math.nan):.2f}" for k in ("raygate", "kube-scheduler",
+                                                                   "kube-apiserver"))
+    return (f"{run.nodes} nodes, {run.contender}, run {run.run}: "
+            f"{run.pods_per_second:.1f} pods/s ({run.seconds:.1f} s; created at "
+            f"{run.created_per_second:.0f}/s, create call p50/p99 "
+            f"{run.create_ms[0]:.0f}/{run.create_ms[1]:.0f} ms), ADDED→bound p50/p99 "
+            f"{run.bind_ms[0]:.0f}/{run.bind_ms[1]:.0f} ms, floor on GPU "
+            f"{run.floor_on_gpu}, overflow on GPU {run.overflow_on_gpu}, gated {run.gated}, "
+            f"rules {run.rules}"
+            + ("" if math.isnan(reuse) else f", prioritize reusing filter's decision "
+               f"{100 * reuse:.0f} %")
+            + f"; API writes per pod {spent.writers.get('total', math.nan):.2f} "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in spent.writes.items())}; kube-scheduler's "
+            f"own count {spent.scheduler_writes:.2f}); CPU s per 1,000 pods raygate / "
+            f"kube-scheduler / kube-apiserver {cpu}; first/last (s): "
+            + ", ".join(f"{k} {a:.1f}/{b:.1f}" for k, (a, b) in run.timeline.items()))
 
 
 def summarise(runs: list[Run]) -> list[dict[str, Any]]:
@@ -161,11 +181,13 @@ def summarise(runs: list[Run]) -> list[dict[str, Any]]:
                 **_medians(mine),
                 "floor_on_gpu": max(r.floor_on_gpu for r in mine),
                 "overflow_on_gpu": median([float(r.overflow_on_gpu) for r in mine]),
+                "gated": median([float(r.gated) for r in mine]),
+                "spent": _cost_medians([r.cost for r in mine]),
             })
     return rows
 
 
-PAIRS = ("create_ms", "bind_ms", "release_ms", "webhook_ms", "gate_ms")
+PAIRS = ("create_ms", "bind_ms", "release_ms", "gate_ms")
 
 
 def _medians(mine: list[Run]) -> dict[str, Any]:
@@ -176,6 +198,25 @@ def _medians(mine: list[Run]) -> dict[str, Any]:
         out[key] = median([r.extension_points.get(point, NAN2)[1] for r in mine])
     for key in PAIRS:
         out[key] = tuple(median([getattr(r, key)[i] for r in mine]) for i in (0, 1))
+    return out
+
+
+def _by_key(dicts: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each key over ``dicts`` (0 where one lacks it)."""
+    return {k: median([d.get(k, 0.0) for d in dicts]) for k in sorted({k for d in dicts
+                                                                        for k in d})}
+
+
+def _cost_medians(costs: list[Cost]) -> dict[str, Any]:
+    """Each of ``Cost``'s numbers, the median over the runs (per key of its tables)."""
+    out: dict[str, Any] = {key: _by_key([getattr(c, key) for c in costs])
+                           for key in ("writes", "writers", "cpu")}
+    for key in ("seconds", "scheduler_writes", "webhook_mean_ms", "webhook_calls",
+                "raygate_webhook_mean_ms"):
+        out[key] = median([getattr(c, key) for c in costs])
+    for key in ("webhook_ms", "raygate_webhook_ms"):
+        out[key] = tuple(median([getattr(c, key)[i] for c in costs]) for i in (0, 1))
+    out["raygate_webhook_source"] = costs[-1].raygate_webhook_source
     return out
 
 
@@ -191,7 +232,7 @@ THROUGHPUT = ("nodes", "contender", "pods/s, first created → last bound (media
               "prioritize reusing filter's decision")
 LATENCY = ("nodes", "contender", "created/s", "binds/s after the first",
            "create call p50 / p99 (ms)", "ADDED → released p50 / p99 (ms)",
-           "ADDED → bound p50 / p99 (ms)", "p99 − none's (ms)", "webhook p50 / p99 (ms)",
+           "ADDED → bound p50 / p99 (ms)", "p99 − none's (ms)",
            "gate held p50 / p99 / mean (ms)")
 
 
@@ -210,7 +251,7 @@ def markdown(rows: list[dict[str, Any]], pods: int) -> str:
             f"{r['floor_on_gpu']} / {r['overflow_on_gpu']:.0f}", reuse))
     header = [h.format(pods=pods) for h in THROUGHPUT]
     return (markdown_table(header, cells, "rllrllllr") + "\n\n" + latency_table(rows) + "\n"
-            + "\n".join(goal(rows)) + "\n")
+            + cost_table(rows) + "\n" + "\n".join(goal(rows)) + "\n")
 
 
 def latency_table(rows: list[dict[str, Any]]) -> str:
@@ -223,9 +264,60 @@ def latency_table(rows: list[dict[str, Any]]) -> str:
         cells.append((
             f"{r['nodes']:,}", r["contender"], f"{r['created_per_second']:.0f}",
             f"{r['bind_span_per_second']:.1f}", _pair(r["create_ms"]), _pair(r["release_ms"]),
-            _pair(r["bind_ms"], 0), grow, _pair(r["webhook_ms"]),
+            _pair(r["bind_ms"], 0), grow,
             _pair((*r["gate_ms"], r["gate_mean_ms"]), 0)))
-    return markdown_table(LATENCY, cells, "rlrrlllrll") + "\n"
+    return markdown_table(LATENCY, cells, "rlrrlllrl") + "\n"
+
+
+COST = ("nodes", "contender", "pods/s", "creation→bind p50 / p99 (ms)", "gated pods",
+        "API writes per pod: all = creator + kube-scheduler + raygate + other",
+        "API writes per pod by resource and verb",
+        "CPU s per 1,000 pods: raygate / kube-scheduler / kube-apiserver / etcd / driver "
+        "(machine)", "webhook at kube-apiserver p50 / p99 / mean (ms)",
+        "webhook in raygate p50 / p99 / mean (ms)")
+CPU = ("raygate", "kube-scheduler", "kube-apiserver", "etcd", "driver")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "—"
+    return f"{value:.2f}" if abs(value) >= 0.01 or not value else f"{value:.3f}"
+
+
+def _writes(spent: dict[str, Any]) -> tuple[str, str]:
+    """The writes-per-pod cells: the total and its writers, and each kind of write."""
+    writers = spent["writers"]
+    if not writers:
+        return "", ""
+    other = sum(v for k, v in writers.items() if k not in ("total", "creator",
+                                                            "kube-scheduler", "raygate"))
+    split = " + ".join(_number(writers.get(k, 0.0)) for k in ("creator", "kube-scheduler",
+                                                               "raygate"))
+    kinds = sorted(spent["writes"].items(), key=lambda kv: (-kv[1], kv[0]))
+    return (f"{_number(writers['total'])} = {split} + {_number(other)}",
+            ", ".join(f"{k} {_number(v)}" for k, v in kinds))
+
+
+def _cpu(cpu: dict[str, float]) -> str:
+    if not cpu:
+        return ""
+    cells = " / ".join(_number(cpu.get(k, math.nan)) for k in CPU)
+    peer = "" if math.isnan(cpu.get("Go peer", math.nan)) else \
+        f"; Go peer {_number(cpu['Go peer'])}"
+    return f"{cells} ({_number(cpu.get('machine', math.nan))}{peer})"
+
+
+def cost_table(rows: list[dict[str, Any]]) -> str:
+    """What each contender's burst cost, beside its pods/s and creation→bind."""
+    cells = []
+    for r in rows:
+        spent = r["spent"]
+        cells.append((
+            f"{r['nodes']:,}", r["contender"], f"{r['pods_per_second']:.1f}",
+            _pair(r["bind_ms"], 0), f"{r['gated']:.0f}", *_writes(spent), _cpu(spent["cpu"]),
+            _pair((*spent["webhook_ms"], spent["webhook_mean_ms"])),
+            _pair((*spent["raygate_webhook_ms"], spent["raygate_webhook_mean_ms"]), 2)))
+    return markdown_table(COST, cells, "rlrlrlllll") + "\n"
 
 
 def goal(rows: list[dict[str, Any]]) -> list[str]:

@@ -19,19 +19,21 @@ waited for until it binds a probe pod; then the Ray worker pods (``bench.payload
 KubeRay worker, CPU only, tolerating the GPU taint as the seed's clusters do; a floor group
 ``baseline`` and an ``overflow`` group) created at once through the API server, as KubeRay
 would (``bench.scheduler_clock``); timed from the first create sent to the last pod bound,
-and each pod from ADDED to bound by the bench's own watch; kube-scheduler's ``/metrics``
-scraped (and raygate's and kube-apiserver's, for the gate and the webhook); the pods
-deleted.
+and each pod from ADDED to bound by the bench's own watch; what the burst cost read around
+it alone (``bench.scheduler_cost``: API writes per pod, CPU seconds per 1,000 pods, the
+webhook's time), and kube-scheduler's and raygate's ``/metrics``; the pods deleted.
 
 Contenders: ``none`` (no extender: the limit), ``empty`` (the Go peer passing every node
 and scoring none: the round trip alone), ``go-peer`` (the Go peer's policy, on a snapshot
 file: it keeps no cache, so it is a floor on any extender's cost), ``raygate`` (the
-extender), ``raygate-native`` (no extender: the webhook gates each pod at its creation,
-raygate's leader releases it with its node affinity, kube-scheduler places it).
+extender), ``raygate-native`` (no extender: the webhook decides each pod at its creation —
+its node affinity and labels written into the create — or gates it for raygate's leader
+to release with them; kube-scheduler places it).
 
 Placement is checked before a number counts: every pod bound; with a contender that
 applies raygate's rule no ``baseline`` (floor) worker on a GPU node; with ``raygate-native``
-every pod gated and released, with the others none gated. Slowness never fails a run.
+every pod labelled ``raygate.io/rule`` (decided at admission, or gated and released), with
+the others none gated or labelled. Slowness never fails a run.
 
 CPU placement (2 cores): etcd, kube-apiserver and this driver on CPU 0; kube-scheduler and
 the extender (raygate, its webhook and releases too) on CPU 1.
@@ -44,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import ssl
@@ -68,7 +69,8 @@ from bench import payloads
 from bench.contenders import Server, build_go_peer, free_port, go_toolchain
 from bench.kubeapi import KubeApi
 from bench.reporter import write_json, write_text
-from bench.scheduler_clock import GATE, BurstClock, Sent, create_burst, latencies, p50_p99_ms
+from bench.scheduler_clock import LABEL_RULE, BurstClock, create_burst, marked
+from bench.scheduler_cost import Reading, cost, settled
 from bench.scheduler_objects import (
     NAMESPACE,
     SCHEDULER,
@@ -81,18 +83,17 @@ from bench.scheduler_report import (
     CONTENDERS,
     GATE_SECONDS,
     NATIVE,
-    WEBHOOK_NAME,
-    WEBHOOK_SECONDS,
     Run,
     delta_mean,
     delta_quantiles,
-    histograms,
+    describe,
     markdown,
+    marks_wrong,
+    measured,
     plot,
     reuse_share,
     summarise,
 )
-from bench.stats import histogram_quantile as quantile
 from testbed.cluster import Testbed
 from testbed.processes import Process, wait_for
 from testbed.webhook import NATIVE_PLACEMENT_OFF
@@ -123,7 +124,7 @@ class Bench:
         self.testbed = Testbed(workdir, raygate=False, control_plane_only=True)
         self.pods = pods
         self.extenders: dict[str, str] = {}
-        self.peers: list[Server] = []
+        self.peers: dict[str, Server] = {}
 
     def start(self, node_count: int) -> None:
         testbed = self.testbed.start()
@@ -167,11 +168,11 @@ class Bench:
                        env=peer.env)
         for name, server in (("go-peer", peer), ("empty", empty)):
             server.start()
-            self.peers.append(server)
+            self.peers[name] = server
             self.extenders[name] = f"http://127.0.0.1:{server.port}/scheduler"
 
     def stop(self) -> None:
-        for peer in self.peers:
+        for peer in self.peers.values():
             peer.stop()
         self.testbed.stop()
 
@@ -198,55 +199,53 @@ class Bench:
         for name, process in self.testbed.processes.items():
             if not process.alive:
                 raise RuntimeError(f"{name} exited ({process.returncode}):\n{process.tail()}")
-        for peer in self.peers:
+        for peer in self.peers.values():
             if not peer.alive():
                 raise RuntimeError(f"{peer.name} exited:\n{peer.log_tail()}")
 
     def once(self, node_count: int, contender: str, run: int) -> Run:
         """One burst: the webhook on (``raygate-native``) or off, kube-scheduler started
         with the contender and scheduling, then the pods created at once and followed
-        until all are bound."""
-        native = contender == NATIVE
+        until all are bound; its cost read around the burst alone."""
         pods = worker_pods(self.clusters, f"r{run}c{CONTENDERS.index(contender)}")
-        self._webhook(on=native)
-        before = self._observe(contender)
+        self._webhook(on=contender == NATIVE)
         port = self._start_scheduler(contender)
         clock = BurstClock(self.api, PODS, len(pods))
         clock.start()
+        before = self._reading(contender, port)
         started = datetime.now(UTC).isoformat(timespec="milliseconds")
         sent = create_burst(self.api, PODS, pods)
         clock.wait(self.check_alive)
-        metrics, after = self._scrape(port), self._observe(contender)
-        placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in self.api.items(PODS)}
+        after = self._reading(contender, port, settle=True)
+        placed = self.api.items(PODS)
         self.testbed.processes.pop(SCHEDULER).stop()
         self.api.request("DELETE", PODS, query=[("gracePeriodSeconds", "0")])
         wait_for("the pods gone", lambda: not self.api.items(PODS), 120, None)
-        result = self._result(node_count, contender, run, metrics=metrics, sent=sent,
-                              clock=clock)
-        result.prioritize_reuse = reuse_share(before.get("raygate", ""),
-                                              after.get("raygate", ""))
-        result.webhook_ms = delta_quantiles(before, after, "apiserver", WEBHOOK_SECONDS,
-                                            name=WEBHOOK_NAME)
-        result.gate_ms = delta_quantiles(before, after, "raygate", GATE_SECONDS)
-        result.gate_mean_ms = delta_mean(before, after, "raygate", GATE_SECONDS)
+        result = measured(node_count, contender, run, metrics=after.metrics["scheduler"],
+                          sent=sent, clock=clock)
+        was, now = before.metrics, after.metrics
+        result.prioritize_reuse = reuse_share(was.get("raygate", ""), now.get("raygate", ""))
+        result.gate_ms = delta_quantiles(was, now, "raygate", GATE_SECONDS)
+        result.gate_mean_ms = delta_mean(was, now, "raygate", GATE_SECONDS)
+        result.cost = cost(before, after, len(pods))
         result.started = started
         self._check(result, pods, placed, clock)
         return result
 
     def _webhook(self, *, on: bool) -> None:
         """Label the namespace so that the API server calls raygate's webhook for its Ray
-        pods (``on``) or not; wait until a dry-run create shows it."""
+        pods (``on``) or not; wait until a dry-run create shows it: the pod gated, or
+        decided at admission (labelled ``raygate.io/rule``)."""
         label = "/metadata/labels/" + NATIVE_PLACEMENT_OFF.replace("/", "~1")
         self.api.json_patch(f"/api/v1/namespaces/{NAMESPACE}",
                             [{"op": "add", "path": label, "value": "false" if on else "true"}])
         probe = worker_pods(self.clusters[:1], "probe")[0]
 
-        def gated() -> bool:
+        def as_labelled() -> bool:
             got = self.api.request("POST", PODS, probe, query=[("dryRun", "All")])
-            gates = {g["name"] for g in got["spec"].get("schedulingGates") or []}
-            return (GATE in gates) == on
+            return marked(got) == on
 
-        wait_for(f"raygate's webhook {'on' if on else 'off'}", gated, 30, None)
+        wait_for(f"raygate's webhook {'on' if on else 'off'}", as_labelled, 30, None)
 
     def _start_scheduler(self, contender: str) -> int:
         """kube-scheduler with ``contender``, once it has bound a probe pod: scheduling,
@@ -264,68 +263,48 @@ class Bench:
         wait_for("the probe pod gone", lambda: not self.api.exists(at), 30, None)
         return port
 
-    def _observe(self, contender: str) -> dict[str, str]:
-        """The /metrics texts a run's deltas come from: raygate's (when it takes part)
-        and kube-apiserver's (its webhook calls, when on)."""
-        out = {}
-        if contender in ("raygate", NATIVE):
+    def _reading(self, contender: str, port: int, *, settle: bool = False) -> Reading:
+        """The /metrics texts and CPU times a run's cost is the difference of. At the
+        burst's end (``settle``) once kube-apiserver's writes have stopped, the CPU read
+        before raygate's and kube-scheduler's /metrics (a scrape costs them CPU)."""
+        processes = self.testbed.processes
+        pids = {"raygate": processes["raygate"].pid, "kube-scheduler": processes[SCHEDULER].pid,
+                "kube-apiserver": processes["kube-apiserver"].pid,
+                "etcd": processes["etcd"].pid, "driver": os.getpid()}
+        if contender in self.peers:
+            pids["Go peer"] = self.peers[contender].pid
+
+        def apiserver() -> str:
+            return self.api.call("GET", "/metrics", accept="text/plain").decode()
+
+        def components() -> dict[str, str]:
             with urllib.request.urlopen(f"{self.testbed.raygate_url}/metrics",
                                         timeout=10) as reply:
-                out["raygate"] = reply.read().decode()
-        if contender == NATIVE:
-            out["apiserver"] = self.api.call("GET", "/metrics", accept="text/plain").decode()
-        return out
+                return {"raygate": reply.read().decode(), "scheduler": self._scrape(port)}
 
-    def _result(self, node_count: int, contender: str, run: int, *, metrics: str,
-                sent: dict[str, Sent], clock: BurstClock) -> Run:
-        count = len(sent)
-        first = min(s.sent for s in sent.values())
-        binds = sorted(clock.bound.values())
-        attempts = histograms(metrics, "scheduler_scheduling_attempt_duration_seconds",
-                              result="scheduled").get("", [])
-        algorithm = histograms(metrics, "scheduler_scheduling_algorithm_duration_seconds"
-                               ).get("", [])
-        points = histograms(metrics, "scheduler_framework_extension_point_duration_seconds",
-                            status="Success")
-        return Run(
-            node_count, contender, run, count, binds[-1] - first,
-            count / (binds[-1] - first),
-            1e3 * quantile(attempts, 0.5), 1e3 * quantile(attempts, 0.99),
-            1e3 * quantile(algorithm, 0.5), 1e3 * quantile(algorithm, 0.99),
-            {p: (1e3 * quantile(b, 0.5), 1e3 * quantile(b, 0.99)) for p, b in points.items()},
-            created_per_second=count / (max(clock.added.values()) - first),
-            bind_span_per_second=(count - 1) / (binds[-1] - binds[0]),
-            create_ms=p50_p99_ms([s.answered - s.sent for s in sent.values()]),
-            bind_ms=p50_p99_ms(latencies(clock.added, clock.bound)),
-            release_ms=p50_p99_ms(latencies(clock.added, clock.released)),
-            timeline={phase: (min(at.values()) - first, max(at.values()) - first)
-                      for phase, at in (("added", clock.added), ("released", clock.released),
-                                        ("bound", clock.bound)) if at})
+        if not settle:
+            return Reading.take({**components(), "apiserver": apiserver()}, pids)
+        reading = Reading.take({"apiserver": settled(apiserver)}, pids)
+        reading.metrics.update(components())
+        return reading
 
-    def _check(self, result: Run, pods: list[dict[str, Any]], placed: dict[str, str],
+    def _check(self, result: Run, pods: list[dict[str, Any]], placed: list[dict[str, Any]],
                clock: BurstClock) -> None:
-        """Count the pods on GPU nodes; fail a contender that applies raygate's rule and
-        put a floor worker there, or a run whose webhook did not do as labelled."""
+        """Count the pods on GPU nodes, gated and labelled by raygate; fail a contender
+        that applies raygate's rule and put a floor worker there, or a run whose webhook
+        did not do as labelled."""
+        node = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in placed}
         on_gpu = Counter(p["metadata"]["labels"]["ray.io/group"] == payloads.FLOOR_GROUP
-                         for p in pods if placed[p["metadata"]["name"]] in self.gpu_nodes)
+                         for p in pods if node[p["metadata"]["name"]] in self.gpu_nodes)
         result.floor_on_gpu, result.overflow_on_gpu = on_gpu[True], on_gpu[False]
+        result.gated = len(clock.gated)
+        result.rules = dict(Counter((p["metadata"].get("labels") or {}).get(LABEL_RULE, "")
+                                    for p in placed))
+        self.say(describe(result))
         contender = result.contender
-        self.say(f"{result.nodes} nodes, {contender}, run {result.run}: "
-                 f"{result.pods_per_second:.1f} pods/s ({result.seconds:.1f} s; created at "
-                 f"{result.created_per_second:.0f}/s, create call p50/p99 "
-                 f"{result.create_ms[0]:.0f}/{result.create_ms[1]:.0f} ms), ADDED→bound p50/p99 "
-                 f"{result.bind_ms[0]:.0f}/{result.bind_ms[1]:.0f} ms, floor on GPU "
-                 f"{result.floor_on_gpu}, overflow on GPU {result.overflow_on_gpu}"
-                 + ("" if math.isnan(result.prioritize_reuse) else
-                    f", prioritize reusing filter's decision "
-                    f"{100 * result.prioritize_reuse:.0f} %")
-                 + "; first/last (s): " + ", ".join(
-                     f"{k} {a:.1f}/{b:.1f}" for k, (a, b) in result.timeline.items()))
-        expected = len(pods) if contender == NATIVE else 0
-        if len(clock.gated) != expected or len(clock.released) != expected:
-            raise RuntimeError(f"{contender}: {len(clock.gated)} pods gated and "
-                               f"{len(clock.released)} released of {len(pods)} "
-                               f"(expected {expected})")
+        wrong = marks_wrong(result, len(clock.released))
+        if wrong:
+            raise RuntimeError(f"{contender}: {wrong}")
         if contender in APPLIES_THE_RULE and result.floor_on_gpu:
             raise RuntimeError(f"{contender}: {result.floor_on_gpu} floor workers placed on "
                                f"GPU nodes")

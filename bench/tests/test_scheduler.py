@@ -11,7 +11,7 @@ import pytest
 
 from bench import payloads
 from bench.kubeapi import KubeApi
-from bench.scheduler_clock import GATE, BurstClock, latencies
+from bench.scheduler_clock import GATE, LABEL_RULE, BurstClock, latencies, marked
 from bench.scheduler_objects import nodes, rayclusters, worker_pods
 from bench.scheduler_report import (
     Run,
@@ -19,6 +19,7 @@ from bench.scheduler_report import (
     goal,
     histograms,
     markdown,
+    marks_wrong,
     summarise,
 )
 from bench.stats import histogram_quantile as quantile
@@ -109,6 +110,33 @@ def test_the_clock_sees_added_released_and_bound_once() -> None:
     clock.see(_pod("b", node="n2"))
     assert clock.done.is_set() and "b" not in clock.released
     assert latencies({"a": 1.0, "b": 2.0}, {"a": 1.5}) == [0.5]
+
+
+def test_the_webhook_marks_a_pod_gated_or_decided_at_admission() -> None:
+    assert marked(_pod("a", gated=True))
+    decided = _pod("b")
+    decided["metadata"]["labels"] = {LABEL_RULE: "floor-avoids-gpu"}
+    assert marked(decided)
+    assert not marked(_pod("c")) and not marked({"metadata": {"labels": None}, "spec": {}})
+
+
+@pytest.mark.parametrize(("contender", "gated", "released", "rules", "wrong"), [
+    # raygate-native deciding at admission: no gate, every pod labelled.
+    ("raygate-native", 0, 0, {"floor-avoids-gpu": 2, "surplus-prefers-cpu": 8}, ""),
+    # ... or gating them all and releasing them with the label (the gate's path).
+    ("raygate-native", 10, 10, {"floor-avoids-gpu": 2, "surplus-prefers-cpu": 8}, ""),
+    ("raygate-native", 3, 3, {"floor-avoids-gpu": 2, "surplus-prefers-cpu": 8}, ""),
+    ("raygate-native", 0, 0, {"floor-avoids-gpu": 2, "": 8}, "8 of 10 pods without"),
+    ("raygate-native", 10, 9, {"floor-avoids-gpu": 2, "surplus-prefers-cpu": 8}, "9 released"),
+    ("none", 0, 0, {"": 10}, ""),
+    ("raygate", 0, 0, {"": 9, "floor-avoids-gpu": 1}, "1 labelled"),
+    ("go-peer", 1, 1, {"": 10}, "1 pods gated"),
+])
+def test_the_webhooks_marks_are_checked(contender: str, gated: int, released: int,
+                                        rules: dict[str, int], wrong: str) -> None:
+    run = Run(500, contender, 1, 10, 1.0, 10.0, 1, 2, 1, 2, gated=gated, rules=rules)
+    got = marks_wrong(run, released)
+    assert (wrong in got and got) if wrong else got == ""
 
 
 def test_percentile_is_the_nearest_rank() -> None:
