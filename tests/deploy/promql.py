@@ -19,7 +19,18 @@ _TOKEN = re.compile(r"""
   | (?P<op>==|!=|=~|!~|>=|<=|[-+*/%^<>=(){}\[\],@:])
 """, re.VERBOSE)
 
-FUNCTIONS = frozenset(["abs", "absent", "absent_over_time", "avg", "avg_over_time", "bottomk", "ceil", "changes", "clamp", "clamp_max", "clamp_min", "count", "count_over_time", "count_values", "day_of_month", "day_of_week", "days_in_month", "delta", "deriv", "exp", "floor", "group", "histogram_avg", "histogram_count", "histogram_fraction", "histogram_quantile", "histogram_sum", "holt_winters", "hour", "idelta", "increase", "irate", "label_join", "label_replace", "last_over_time", "ln", "log10", "log2", "max", "max_over_time", "min", "min_over_time", "minute", "month", "predict_linear", "present_over_time", "quantile", "quantile_over_time", "rate", "resets", "round", "scalar", "sgn", "sort", "sort_desc", "sqrt", "stddev", "stddev_over_time", "stdvar", "stdvar_over_time", "sum", "sum_over_time", "time", "timestamp", "topk", "vector", "year"])
+FUNCTIONS = frozenset({
+    "abs", "absent", "absent_over_time", "avg", "avg_over_time", "bottomk", "ceil", "changes",
+    "clamp", "clamp_max", "clamp_min", "count", "count_over_time", "count_values",
+    "day_of_month", "day_of_week", "days_in_month", "delta", "deriv", "exp", "floor", "group",
+    "histogram_avg", "histogram_count", "histogram_fraction", "histogram_quantile",
+    "histogram_sum", "holt_winters", "hour", "idelta", "increase", "irate", "label_join",
+    "label_replace", "last_over_time", "ln", "log10", "log2", "max", "max_over_time", "min",
+    "min_over_time", "minute", "month", "predict_linear", "present_over_time", "quantile",
+    "quantile_over_time", "rate", "resets", "round", "scalar", "sgn", "sort", "sort_desc",
+    "sqrt", "stddev", "stddev_over_time", "stdvar", "stdvar_over_time", "sum",
+    "sum_over_time", "time", "timestamp", "topk", "vector", "year",
+})
 """PromQL's functions and aggregations (Prometheus 2.x and 3.x)."""
 
 _GROUPING = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
