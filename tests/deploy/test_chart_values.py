@@ -77,10 +77,22 @@ def test_the_defaults_are_accepted_and_every_key_is_declared() -> None:
     ({"extraArgs": ["serve"]}, "extraArgs.0"),
     ({"nameOverride": "rg"}, "'nameOverride' was unexpected"),
     ({"podLabels": {"app.kubernetes.io/name": "x"}}, "podLabels"),
+    # registry.k8s.io tags kube-scheduler v1.37.2: without the v, or "latest", the pull fails.
+    ({"kubeScheduler": {"image": {"tag": "1.37.2"}}}, "kubeScheduler.image.tag"),
+    ({"kubeScheduler": {"image": {"tag": "latest"}}}, "kubeScheduler.image.tag"),
+    ({"kubeScheduler": {"image": {"tag": "v1.37"}}}, "kubeScheduler.image.tag"),
+    ({"metrics": {"kubeScheduler": {"serviceMonitor": {"interval": "30"}}}},
+     "metrics.kubeScheduler.serviceMonitor.interval"),
+    ({"metrics": {"grafanaDashboard": {"enable": True}}}, "'enable' was unexpected"),
 ])
 def test_mistakes_are_refused_with_their_key(values: Obj, where: str) -> None:
     found = errors(values)
     assert any(where in e for e in found), found
+
+
+@pytest.mark.parametrize("tag", ["", "v1.37.2", "v1.38.0-rc.1", "v1.37.2@sha256:" + "0" * 64])
+def test_kube_scheduler_tags_as_the_registry_spells_them(tag: str) -> None:
+    assert errors({"kubeScheduler": {"image": {"tag": tag}}}) == []
 
 
 def _leaves(schema: Obj, prefix: str = "") -> set[str]:
