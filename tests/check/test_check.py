@@ -68,6 +68,22 @@ def check(tmp_path: Path, *objects: Obj) -> Found:
 
 GROUPS = "spec.workerGroupSpecs"
 HEAD = "spec.headGroupSpec.template.spec"
+REQUIRED = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def requiring(*terms: list[Obj]) -> Obj:
+    """A pod's ``affinity`` whose required node affinity has these terms (ORed)."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": term} for term in terms]}}}
+
+
+def gpu_present(*values: str) -> Obj:
+    return {"key": "nvidia.com/gpu.present", "operator": "In", "values": list(values)}
+
+
+def gke_accelerator(operator: str, *values: str) -> Obj:
+    return {"key": "cloud.google.com/gke-accelerator", "operator": operator,
+            **({"values": list(values)} if values else {})}
 VOLCANO_QUEUE = {"volcano.sh/queue-name": "q"}
 
 
@@ -217,6 +233,27 @@ CASES: list[tuple[str, Obj, Found]] = [
     ("RG013 not for another value of the configured label",
      with_(good(), f"{GROUPS}.0.template.spec.nodeSelector", {"nvidia.com/gpu.present": "false"}),
      []),
+    ("RG013 a CPU-only head requiring GPU nodes by node affinity (GKE's accelerator label)",
+     with_(good(), f"{HEAD}.affinity", requiring([gke_accelerator("Exists")])),
+     [("RG013", Severity.ERROR, f"{HEAD}.{REQUIRED}")]),
+    ("RG013 a floor group requiring the configured GPU label in every term",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity",
+           requiring([gpu_present("true")], [gke_accelerator("In", "nvidia-l4"),
+                                             {"key": "zone", "operator": "In", "values": ["a"]}])),
+     [("RG013", Severity.ERROR, f"{GROUPS}[0].template.spec.{REQUIRED}")]),
+    ("RG013 not when one term lets CPU nodes in",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity",
+           requiring([gpu_present("true")], [{"key": "pool", "operator": "In", "values": ["cpu"]}])),
+     []),
+    ("RG013 not for the configured label at another value, or only maybe",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity",
+           requiring([gpu_present("true", "false")])), []),
+    ("RG013 not for a preferred node affinity",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity", {"nodeAffinity": {
+         "preferredDuringSchedulingIgnoredDuringExecution": [
+             {"weight": 1, "preference": {"matchExpressions": [gpu_present("true")]}}]}}), []),
+    ("RG013 not for the overflow group's required GPU affinity",
+     with_(good(), f"{GROUPS}.1.template.spec.affinity", requiring([gpu_present("true")])), []),
     # KubeRay 1.7's gang on Kubernetes' own PodGroups (kubernetes-was).
     ("RG001 a Kubernetes gang sizes minCount from replicas too",
      with_(make_raycluster("rc").group("g", replicas=3, min=1, max=8).obj(),
@@ -319,9 +356,11 @@ def test_deploy_manifests_pass_clean() -> None:
 
 def test_raygates_own_other_manifests_are_left_alone() -> None:
     """deploy/'s Services, Deployments, RBAC, ...: named in the summary, no finding (a
-    `v1 Service` is no misspelled RayService)."""
+    `v1 Service` is no misspelled RayService). deploy/monitoring's Prometheus rule files
+    (`*.rules.yaml`) are Prometheus', not Kubernetes objects."""
     manifests = sorted(str(p) for p in (ROOT / "deploy").glob("*/*.yaml")
-                       if not p.name.startswith("example-") and p.name != "kustomization.yaml")
+                       if not p.name.startswith("example-") and p.name != "kustomization.yaml"
+                       and not p.name.endswith(".rules.yaml"))
     report = check_files(manifests, PolicyConfig())
     assert report.findings == []
     assert report.exit_code(strict=True) == EXIT_NOTHING
