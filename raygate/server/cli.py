@@ -132,10 +132,11 @@ def _check_parser(commands: Subcommands) -> None:
                        help="manifests with RayClusters, RayJobs, RayServices, RayCronJobs "
                             "(YAML or JSON, Lists and multi-document; a folder: its .yaml, "
                             ".yml and .json files, recursively; - reads stdin)")
-    check.add_argument("--kuberay-version", choices=KUBERAY_VERSIONS,
-                       default=KUBERAY_VERSIONS[-1], metavar="X.Y",
+    check.add_argument("--kuberay-version", choices=KUBERAY_VERSIONS, metavar="X.Y",
                        help="check against this KubeRay release's CRDs "
-                            f"({', '.join(KUBERAY_VERSIONS)}; default %(default)s)")
+                            f"({', '.join(KUBERAY_VERSIONS)}; default: files "
+                            f"{KUBERAY_VERSIONS[-1]}, a live cluster the RayCluster CRD it "
+                            "serves)")
     check.add_argument("--kubeconfig", metavar="FILE",
                        help="lint the RayClusters of a live cluster instead of files")
     check.add_argument("--context", metavar="NAME", help="the kubeconfig context (live)")

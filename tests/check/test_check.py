@@ -243,7 +243,8 @@ CASES: list[tuple[str, Obj, Found]] = [
      [("RG013", Severity.ERROR, f"{GROUPS}[0].template.spec.{REQUIRED}")]),
     ("RG013 not when one term lets CPU nodes in",
      with_(good(), f"{GROUPS}.0.template.spec.affinity",
-           requiring([gpu_present("true")], [{"key": "pool", "operator": "In", "values": ["cpu"]}])),
+           requiring([gpu_present("true")],
+                     [{"key": "pool", "operator": "In", "values": ["cpu"]}])),
      []),
     ("RG013 not for the configured label at another value, or only maybe",
      with_(good(), f"{GROUPS}.0.template.spec.affinity",
@@ -674,6 +675,53 @@ def test_live_check_against_the_api_server_double(
         in capsys.readouterr().err
     assert main(["check", "--kubeconfig", "k", "rc.yaml"]) == EXIT_UNUSABLE
     assert "not both" in capsys.readouterr().err
+
+
+LIVE_SCHEMAS = [
+    ("1.7", None, True, "against KubeRay v1.7.0's RayCluster CRD, which it serves"),
+    # KubeRay 1.6 has no priority: RG016's fix asks for a field its API server prunes.
+    ("1.6", None, False, "against KubeRay v1.6.1's RayCluster CRD, which it serves"),
+    ("1.6", "1.7", True, "against KubeRay v1.7.0"),  # --kuberay-version still decides
+    ("other", None, True, "against the RayCluster CRD it serves"),  # no release raygate ships
+    (None, None, True, "in the cluster: "),  # the CRD cannot be read: no schema said
+]
+"""(the CRD the cluster serves, --kuberay-version, RG016 said, the summary says)"""
+
+
+@pytest.mark.parametrize("case", LIVE_SCHEMAS, ids=[f"{c[0]}-{c[1]}" for c in LIVE_SCHEMAS])
+def test_live_check_reads_the_served_raycluster_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    case: tuple[str | None, str | None, bool, str]
+) -> None:
+    """`raygate check --kubeconfig` takes the RayCluster schema from the cluster's own CRD,
+    not 1.7's: the summary names it, and a finding on a field it lacks is left out."""
+    served, given, rg016, against = case
+    from raygate.server.check.schema import raycluster_schema
+    from testkit.apiserver import CRDS, ApiServerDouble, Collection
+
+    definitions = Collection("CustomResourceDefinition", "apiextensions.k8s.io", "v1",
+                             "customresourcedefinitions")
+    double = ApiServerDouble().start()
+    try:
+        double.install(CRDS[0])
+        double.install(definitions)
+        if served is not None:
+            schema = raycluster_schema("1.7" if served == "other" else served)
+            if served == "other":
+                schema = {**schema, "description": "a KubeRay raygate does not ship"}
+            double.create({"apiVersion": "apiextensions.k8s.io/v1",
+                           "kind": "CustomResourceDefinition",
+                           "metadata": {"name": "rayclusters.ray.io"},
+                           "spec": {"versions": [{"name": "v1", "schema": {
+                               "openAPIV3Schema": schema}}]}})
+        double.create(two_cpu_groups())
+        argv = ["check", "--kubeconfig", str(double.kubeconfig(tmp_path / "kubeconfig"))]
+        main([*argv, *(["--kuberay-version", given] if given else [])])
+    finally:
+        double.stop()
+    out = capsys.readouterr().out
+    assert ("RG016" in out) is rg016
+    assert against in out.splitlines()[-1]
 
 
 def test_a_folder_is_read_like_kubectl_apply_f(tmp_path: Path) -> None:
