@@ -724,6 +724,32 @@ def test_live_check_reads_the_served_raycluster_schema(
     assert against in out.splitlines()[-1]
 
 
+@pytest.mark.parametrize("given", ["folder", "chart"])
+def test_a_helm_chart_in_a_folder_is_one_hint_to_render_it(tmp_path: Path, given: str) -> None:
+    """A chart's templates are manifests only once helm renders them and its values files
+    never are: one RG106 hint naming the command, not an error per file; the manifests
+    beside it are checked as before."""
+    chart = tmp_path / "charts" / "ray"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: ray\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("replicas: 2\n")
+    (chart / "templates" / "rc.yaml").write_text(
+        "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata:\n  name: {{ .Release.Name }}\n"
+        "spec:\n  {{- toYaml .Values.spec | nindent 2 }}\n")
+    (tmp_path / "rc.yaml").write_text(_yaml(with_(good(), f"{GROUPS}.1.minReplicas", 9)))
+    report = check_files([str(tmp_path if given == "folder" else chart)], PolicyConfig())
+    found = [(f.file, f.finding.id, f.finding.severity) for f in report.findings]
+    hint = (str(chart / "Chart.yaml"), "RG106", Severity.INFO)
+    if given == "folder":
+        assert found == [(str(tmp_path / "rc.yaml"), "RG004", Severity.ERROR), hint]
+    else:
+        assert found == [hint]
+        assert report.exit_code(strict=True) == EXIT_NOTHING
+    (located,) = [f for f in report.findings if f.finding.id == "RG106"]
+    assert located.finding.fix == f"render it first: helm template ray {chart} [-f VALUES] " \
+        "| raygate check -"
+
+
 def test_a_folder_is_read_like_kubectl_apply_f(tmp_path: Path) -> None:
     """Its .yaml, .yml and .json files, its subfolders' too, in name order; others not."""
     (tmp_path / "b").mkdir()

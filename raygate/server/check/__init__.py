@@ -8,6 +8,7 @@ too; everything wrong is reported, not the first thing per file. Exit status: ``
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections import Counter
@@ -18,7 +19,13 @@ import msgspec
 
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.lint import lint
-from raygate.plugin.lint_model import ClusterFacts, Finding, LintCluster, object_ref
+from raygate.plugin.lint_model import (
+    ClusterFacts,
+    Finding,
+    LintCluster,
+    Severity,
+    object_ref,
+)
 from raygate.plugin.manifest import not_an_object, not_parsed, recognise
 from raygate.server.cache import convert
 from raygate.server.cache.devices import (
@@ -32,6 +39,7 @@ from raygate.server.cache.keys import ClusterObjects
 from raygate.server.cache.snapshot_files import SnapshotError
 from raygate.server.check.inputs import (
     DEFAULT_MAX_BYTES,
+    HELM_CHART,
     Document,
     InputError,
     documents,
@@ -200,14 +208,26 @@ def check_files(paths: Sequence[str], config: PolicyConfig, *,
     against KubeRay ``kuberay``; one that cannot be read is said on ``errors`` (stderr) and
     noted in the report, and the others are still checked."""
     report = Report(kuberay=kuberay)
-    for path in expand(paths):
+    charts: list[str] = []
+    for path in expand(paths, charts):
         try:
             _check_file(path, config, report, kuberay=kuberay, max_bytes=max_bytes,
                         stdin=stdin or sys.stdin.buffer)
         except InputError as exc:
             report.unreadable.append(str(exc))
             print(f"raygate: {exc}", file=errors or sys.stderr)
+    report.findings += [_helm_chart(folder) for folder in charts]
     return report
+
+
+def _helm_chart(folder: str) -> Located:
+    """One hint for a Helm chart met in a folder, in place of an error per template."""
+    name = os.path.basename(os.path.normpath(folder))
+    return Located(Finding(
+        "RG106", Severity.INFO, f"Helm chart {name}", "",
+        "a Helm chart: its templates become manifests only once helm renders them, so "
+        "its files were not read", f"render it first: helm template {name} {folder} "
+        "[-f VALUES] | raygate check -"), os.path.join(folder, HELM_CHART))
 
 
 def run_check(paths: Sequence[str], output: str, strict: bool, config: PolicyConfig, *,
