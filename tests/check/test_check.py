@@ -357,15 +357,16 @@ def test_deploy_manifests_pass_clean() -> None:
 
 def test_raygates_own_other_manifests_are_left_alone() -> None:
     """deploy/'s Services, Deployments, RBAC, ...: named in the summary, no finding (a
-    `v1 Service` is no misspelled RayService). deploy/monitoring's Prometheus rule files
-    (`*.rules.yaml`) are Prometheus', not Kubernetes objects."""
+    `v1 Service` is no misspelled RayService), deploy/monitoring's Prometheus rule files
+    and Grafana dashboard too (another tool's documents, no Kubernetes objects)."""
     manifests = sorted(str(p) for p in (ROOT / "deploy").glob("*/*.yaml")
-                       if not p.name.startswith("example-") and p.name != "kustomization.yaml"
-                       and not p.name.endswith(".rules.yaml"))
+                       if not p.name.startswith("example-") and p.name != "kustomization.yaml")
+    manifests += [str(ROOT / "deploy" / "monitoring" / "raygate-dashboard.json")]
     report = check_files(manifests, PolicyConfig())
     assert report.findings == []
     assert report.exit_code(strict=True) == EXIT_NOTHING
     assert report.skipped["Service"] >= 1 and not report.checked
+    assert (report.skipped["Prometheus rule file"], report.skipped["Grafana dashboard"]) == (1, 1)
 
 
 # The table of bad inputs: what a file holds, what `raygate check` must say of it.
@@ -722,6 +723,22 @@ def test_live_check_reads_the_served_raycluster_schema(
     out = capsys.readouterr().out
     assert ("RG016" in out) is rg016
     assert against in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("document", "left_alone"), [
+    ({"groups": [{"name": "g", "rules": []}]}, "Prometheus rule file"),
+    ({"panels": [], "schemaVersion": 39, "title": "t"}, "Grafana dashboard"),
+    ({"groups": []}, None),  # nothing says it is a rule file: no kind is RG102 still
+    ({"groups": [{"name": "g"}]}, None),
+    ({"kind": "", "groups": [{"rules": []}]}, None),  # meant as a Kubernetes object
+])
+def test_other_tools_documents_are_left_alone(tmp_path: Path, document: Obj,
+                                             left_alone: str | None) -> None:
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(document))
+    report = check_files([str(path)], PolicyConfig())
+    assert [f.finding.id for f in report.findings] == ([] if left_alone else ["RG102"])
+    assert dict(report.skipped) == ({left_alone: 1} if left_alone else {})
 
 
 @pytest.mark.parametrize("given", ["folder", "chart"])

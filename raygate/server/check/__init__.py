@@ -84,6 +84,10 @@ def _document_findings(doc: Document, config: PolicyConfig, kuberay: str,
         return [not_parsed(doc.error)]
     if not isinstance(doc.value, dict):
         return [not_an_object(doc.value)]
+    other = _other_tools(doc.value)
+    if other is not None:
+        report.skipped[other] += 1
+        return []
     ref = _ref(doc.value)
     kind, problems = recognise(doc.value.get("kind"), doc.value.get("apiVersion"), ref)
     if kind is None:
@@ -98,6 +102,21 @@ def _document_findings(doc: Document, config: PolicyConfig, kuberay: str,
     if cluster is not None:
         report.clusters.append(cluster)
     return [*problems, *found]
+
+
+def _other_tools(value: dict[str, Any]) -> str | None:
+    """What a document without ``kind`` or ``apiVersion`` is when another tool that sits
+    beside manifests reads it (deploy/monitoring's rule files and dashboard): left alone as
+    any object that is not KubeRay's, not refused as a broken Kubernetes object."""
+    if "kind" in value or "apiVersion" in value:
+        return None
+    groups = value.get("groups")
+    if isinstance(groups, list) and groups and all(
+            isinstance(g, dict) and "rules" in g for g in groups):
+        return "Prometheus rule file"
+    if isinstance(value.get("panels"), list) and "schemaVersion" in value:
+        return "Grafana dashboard"
+    return None
 
 
 def _check_file(path: str, config: PolicyConfig, report: Report, *, kuberay: str,
