@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from testbed.cluster import REPO, Testbed
+from testbed.cluster import RAYGATE_ACCOUNT, REPO, Testbed
 from testbed.pki import Pki
 from testbed.processes import free_port, wait_for
 
@@ -162,7 +162,7 @@ class LaggingRaygate:
 
     def start(self) -> LaggingRaygate:
         testbed = self.testbed
-        kubeconfig = testbed.service_account_kubeconfig("raygate")
+        kubeconfig = testbed.service_account_kubeconfig(RAYGATE_ACCOUNT)
         lagging = Path(str(kubeconfig) + ".lagging")
         document = yaml.safe_load(kubeconfig.read_text())
         for cluster in document["clusters"]:

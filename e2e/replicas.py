@@ -12,7 +12,7 @@ import urllib.request
 import yaml
 
 from e2e.scenario import wait_until
-from testbed.cluster import RAYGATE_NAMESPACE, REPO, Testbed
+from testbed.cluster import RAYGATE_ACCOUNT, RAYGATE_NAMESPACE, REPO, Testbed
 from testbed.processes import free_port, wait_for
 from testbed.webhook import webhook_configuration
 
@@ -50,7 +50,7 @@ class Replicas:
         http, webhook = free_port(), free_port()
         process = testbed.run(SECOND, [
             sys.executable, "-m", "raygate", "serve",
-            f"--kubeconfig={testbed.service_account_kubeconfig('raygate')}",
+            f"--kubeconfig={testbed.service_account_kubeconfig(RAYGATE_ACCOUNT)}",
             f"--config={testbed.workdir / 'raygate.yaml'}", f"--http-addr=127.0.0.1:{http}",
             f"--grpc-addr=127.0.0.1:{free_port()}", "--authz=on",
             f"--webhook-addr=127.0.0.1:{webhook}", f"--webhook-cert={testbed.pki.apiserver_cert}",

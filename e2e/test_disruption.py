@@ -33,7 +33,7 @@ from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
 from raygate.plugin.budgets import budget_name
-from testbed.cluster import DEPLOY, REPO, Testbed
+from testbed.cluster import DEPLOY, RAYGATE_ACCOUNT, REPO, Testbed
 from testbed.processes import free_port, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -155,7 +155,7 @@ def test_two_replicas_converge_on_the_latest_floor(scenario: Scenario,
                                                    testbed: Testbed) -> None:
     name = scenario.name
     scenario.setup([node(f"{name}-cpu-a", name, cpu=16)])
-    with another_raygate(testbed, "raygate-second", "raygate") as second:
+    with another_raygate(testbed, "raygate-second", RAYGATE_ACCOUNT) as second:
         scenario.create(raycluster("pair", scenario.namespace, name,
                                    [Group("base", 3, "2", min=1, max=8)]))
         head, base = budget_name("pair", "headgroup"), budget_name("pair", "base")

@@ -34,8 +34,9 @@ def roles(pods: list[dict[str, Any]]) -> Counter[str]:
 
 def test_the_extender_honours_the_role_written_at_creation(scenario: Scenario) -> None:
     name = scenario.name
-    # cpu-1: the head (2 CPU) and one 2-CPU worker; the GPU node: room for two workers.
-    scenario.setup([node(f"{name}-cpu-1", name, cpu=4), node(f"{name}-gpu", name, cpu=8,
+    # cpu-1: the head (2 CPU and the autoscaler's 500m) and one 2-CPU worker; the GPU
+    # node: room for two workers.
+    scenario.setup([node(f"{name}-cpu-1", name, cpu=5), node(f"{name}-gpu", name, cpu=8,
                                                              gpus=4)])
     tolerate = {"tolerations": [TOLERATE_GPU]}
     scenario.create(raycluster("shape", scenario.namespace, name, [

@@ -114,7 +114,7 @@ def test_volcano_strands_no_surplus_worker_behind_a_waiting_floor(scenario: Scen
     name = scenario.name
     groups = podgroups(scenario)
     try:
-        scenario.setup([node(f"{name}-cpu-1", name, cpu=4),
+        scenario.setup([node(f"{name}-cpu-1", name, cpu=5),  # head 2.5 CPU, a worker 2
                         node(f"{name}-gpu", name, cpu=8, gpus=4)])
         body = raycluster("shape", scenario.namespace, name, [Group(
             "work", 3, "2", min=2, max=4, pod_spec={"tolerations": [TOLERATE_GPU]})],

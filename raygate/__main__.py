@@ -2,6 +2,6 @@
 
 import sys
 
-from raygate.server.cli import main
+from raygate.cli import main
 
 sys.exit(main())

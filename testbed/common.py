@@ -11,12 +11,15 @@ import yaml
 from testbed.build import COMPONENTS, cache_root
 from testbed.processes import free_port
 
-__all__ = ["DEPLOY", "RAYGATE_NAMESPACE", "REPO", "Ports", "TestbedError", "binary",
-           "write_kubeconfig"]
+__all__ = ["DEPLOY", "RAYGATE_ACCOUNT", "RAYGATE_NAMESPACE", "REPO", "Ports", "TestbedError",
+           "binary", "write_kubeconfig"]
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 RAYGATE_NAMESPACE = "raygate-system"
+RAYGATE_ACCOUNT = "ray-scheduler"
+"""The ServiceAccount raygate runs as in deploy/kube-scheduler-second: a sidecar of the
+ray-scheduler pod, whose account holds raygate's roles (that setup ships no other)."""
 
 
 class TestbedError(Exception):

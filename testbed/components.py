@@ -13,7 +13,7 @@ import yaml
 
 from testbed.addon import AddOn, answers
 from testbed.build import COMPONENTS
-from testbed.common import DEPLOY, RAYGATE_NAMESPACE, REPO, binary
+from testbed.common import DEPLOY, RAYGATE_ACCOUNT, RAYGATE_NAMESPACE, REPO, binary
 from testbed.processes import Process
 from testbed.webhook import NATIVE_PLACEMENT_OFF, webhook_configuration
 
@@ -148,7 +148,7 @@ class Raygate(AddOn):
         configmap = yaml.safe_load((DEPLOY / "base" / "configmap.yaml").read_text())
         config = testbed.workdir / "raygate.yaml"
         config.write_text(configmap["data"]["raygate.yaml"])
-        kubeconfig = testbed.service_account_kubeconfig("raygate")
+        kubeconfig = testbed.service_account_kubeconfig(RAYGATE_ACCOUNT)
         ports = testbed.ports
         self.run(self.name, [
             sys.executable, "-m", "raygate", "serve", f"--kubeconfig={kubeconfig}",

@@ -634,6 +634,13 @@ class _Handler(BaseHTTPRequestHandler):
         if namespaced is not None and query.get("watch") not in ("true", "1"):
             path, namespace = f"{namespaced[1]}/{namespaced[3]}", namespaced[2]
         store = owner._stores.get(path)
+        one = re.fullmatch(r"(/apis?/.+)/([^/]+)", url.path)
+        if store is None and one is not None and one[1] in owner._stores:
+            # A GET of one cluster-scoped object (raygate check reads the RayCluster CRD).
+            found = owner.objects(owner._stores[one[1]].collection).get(("", one[2]))
+            self._reply(*((200, json.dumps(found).encode()) if found is not None else
+                          (404, _status(404, "NotFound", f"{one[2]} not found"))))
+            return
         if store is None:
             self._reply(404, _status(404, "NotFound", "the server could not find the "
                                      "requested resource"))

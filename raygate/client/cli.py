@@ -1,30 +1,39 @@
-"""``python -m raygate.client URL get NS NAME | list [NS] | watch [NS [NAME]]``."""
+"""The admission-status API from a shell, one JSON document per line (the HTTP API's
+shapes, either transport): ``python -m raygate.client URL get NS NAME | list [NS] | watch
+[NS [NAME]]``, and ``raygate admission get|list|watch ... --server URL`` (raygate.cli)."""
 
 from __future__ import annotations
+
+import argparse
+import sys
 
 import msgspec
 
 from raygate.client import connect
 from raygate.contract.errors import RaygateError
 
+__all__ = ["add_arguments", "main", "run"]
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m raygate.client URL get NS NAME | list [NS] | watch [NS [NAME]]``: the
-    API from a shell, one JSON document per line (the HTTP API's shapes, either transport)."""
-    import argparse
-    import sys
+VERBS = ("get", "list", "watch")
 
-    parser = argparse.ArgumentParser(prog="python -m raygate.client", description=main.__doc__)
-    parser.add_argument("url", help="http://HOST:PORT or grpc://HOST:PORT")
-    parser.add_argument("verb", choices=["get", "list", "watch"])
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The verb and its NAMESPACE [NAME], after whatever names the server."""
+    parser.add_argument("verb", choices=VERBS,
+                        help="get NAMESPACE NAME: one RayCluster; list [NAMESPACE]: every one; "
+                             "watch [NAMESPACE [NAME]]: each change, as it happens")
     parser.add_argument("args", nargs="*", metavar="NAMESPACE [NAME]")
-    options = parser.parse_args(argv)
+
+
+def run(parser: argparse.ArgumentParser, url: str, options: argparse.Namespace) -> int:
+    """Ask raygate at ``url`` what ``options`` (``add_arguments``'s) say; 1 when raygate
+    answers an error or cannot be reached."""
     if len(options.args) > 2 or (options.verb == "get" and len(options.args) != 2):
         parser.error("get takes NAMESPACE NAME; list and watch take [NAMESPACE [NAME]]")
     namespace, name = [*options.args, None, None][:2]
     encode = msgspec.json.encode
     try:
-        with connect(options.url) as client:
+        with connect(url) as client:
             if options.verb == "get":
                 sys.stdout.buffer.write(encode(client.get(str(namespace), str(name))) + b"\n")
             elif options.verb == "list":
@@ -40,3 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m raygate.client URL get NS NAME | list [NS] | watch [NS [NAME]]``: the
+    API from a shell, one JSON document per line (the HTTP API's shapes, either transport)."""
+    parser = argparse.ArgumentParser(prog="python -m raygate.client", description=main.__doc__)
+    parser.add_argument("url", help="http://HOST:PORT or grpc://HOST:PORT")
+    add_arguments(parser)
+    options = parser.parse_args(argv)
+    return run(parser, options.url, options)

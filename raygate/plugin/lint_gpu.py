@@ -1,5 +1,6 @@
 """``raygate check``'s rules about GPU nodes (RG008, RG009, RG013, RG014): what the head
-and CPU-only floor groups say of GPU nodes against what raygate does with them. A template
+and CPU-only floor groups say of GPU nodes (tolerations, nodeSelector, required node
+affinity) against what raygate does with them. A template
 is a GPU one by ``classify.gpu_pod_reason``'s rule (``is_gpu_template``)."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.constraints import NodeRequirement
 from raygate.plugin.devices import claim_gpu_reason
 from raygate.plugin.lint_model import (
     ClusterFacts,
@@ -108,20 +110,46 @@ def _gpu_only_selector(selector: Mapping[str, str], config: PolicyConfig) -> str
     return None
 
 
+def _gpu_only_requirement(term: Sequence[NodeRequirement], config: PolicyConfig) -> str | None:
+    """A requirement of ``term`` that only GPU nodes meet: a GPU-only label present or
+    among the values, or the configured GPU label at its value alone."""
+    for r in term:
+        if r.key in GPU_ONLY_NODE_LABELS and r.operator in ("In", "Exists"):
+            return f"{r.key} {r.operator} {list(r.values)}" if r.values else f"{r.key} Exists"
+        wanted = config.gpu_node_labels.get(r.key)
+        if wanted is not None and r.operator == "In" and set(r.values) == {wanted}:
+            return f"{r.key} In {list(r.values)}"
+    return None
+
+
+def _gpu_only_affinity(terms: Sequence[Sequence[NodeRequirement]] | None,
+                       config: PolicyConfig) -> str | None:
+    """What makes a required node affinity admit GPU nodes only: every term (they are
+    ORed) holds a GPU-only requirement. None when some term lets a CPU node in."""
+    found = [_gpu_only_requirement(term, config) for term in terms or ()]
+    if not found or None in found:
+        return None
+    return " or ".join(dict.fromkeys(str(f) for f in found))
+
+
 def rg013_floor_selects_gpu_nodes(
     cluster: LintCluster, facts: ClusterFacts | None, config: PolicyConfig
 ) -> list[Finding]:
-    """The head or a CPU-only floor group whose nodeSelector only GPU nodes match: raygate
-    refuses it every GPU node, so it can never be placed. An error: the pods stay
-    Pending."""
+    """The head or a CPU-only floor group whose nodeSelector, or required node affinity,
+    only GPU nodes match: raygate refuses it every GPU node, so it can never be placed. An
+    error: the pods stay Pending."""
     out = []
     for what, path, spec in cpu_floor(cluster, facts, config):
-        label = _gpu_only_selector(spec.node_selector, config)
-        if label is not None:
-            out.append(Finding(
-                "RG013", Severity.ERROR, cluster.ref, f"{path}.nodeSelector",
-                f"{what} selects GPU nodes only ({label}): raygate refuses GPU nodes to it, "
-                "so it can never be placed", "select CPU nodes for it, or give it a GPU"))
+        for where, found in (
+                ("nodeSelector", _gpu_only_selector(spec.node_selector, config)),
+                ("affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+                 _gpu_only_affinity(spec.node_affinity, config))):
+            if found is not None:
+                out.append(Finding(
+                    "RG013", Severity.ERROR, cluster.ref, f"{path}.{where}",
+                    f"{what} {'selects' if where == 'nodeSelector' else 'requires'} GPU nodes "
+                    f"only ({found}): raygate refuses GPU nodes to it, so it can never be "
+                    "placed", "select CPU nodes for it, or give it a GPU"))
     return out
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from raygate.plugin.constraints import NodeRequirement
 from raygate.plugin.devices import (
     NO_GPU_DEVICES,
     ClaimTemplateView,
@@ -61,6 +62,8 @@ class GroupSpec:
     """The template's ``spec.resourceClaims``."""
     priority: int | None = None
     """KubeRay 1.7's ``priority``: the Ray autoscaler's preference between groups."""
+    node_affinity: tuple[tuple[NodeRequirement, ...], ...] | None = None
+    """The template's required node affinity: its terms (ORed), None when it has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class HeadSpec:
     tolerations: tuple[Toleration, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     claims: tuple[PodClaim, ...] = ()
+    node_affinity: tuple[tuple[NodeRequirement, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

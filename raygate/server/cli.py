@@ -1,18 +1,20 @@
-"""The ``raygate`` command line: ``serve``, ``check``, ``explain``."""
+"""The ``raygate`` command line: ``serve``, ``check``, ``explain`` (``raygate.cli`` is the
+entry point, which adds the admission client's commands)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from raygate.contract.version import describe
 from raygate.plugin.config import ConfigError
 
-# Only what the parser needs, so that `raygate --version` and `--help` answer at once:
-# each command imports the servers, the Kubernetes client and the checks it runs.
+# Only what the parser needs, so that `raygate --version` and `--help` answer at once,
+# and on an install without the server extra (raygate.cli): each command imports the
+# servers, the Kubernetes client and the checks it runs.
 from raygate.server.config.settings import (
     ENV_CONFIG,
     ENV_CONTEXT,
@@ -23,7 +25,10 @@ from raygate.server.config.settings import (
     ServeSettings,
 )
 
-__all__ = ["KUBERAY_VERSIONS", "main"]
+if TYPE_CHECKING:
+    from raygate.contract.explain import ExplainReply
+
+__all__ = ["KUBERAY_VERSIONS", "Subcommands", "build_parser", "main", "run"]
 
 KUBERAY_VERSIONS = ("1.6", "1.7")
 """``check.VERSIONS``, the last the default, spelled here so that building the parser
@@ -58,6 +63,12 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
+def build_parser(*more: Callable[[Subcommands], None]) -> argparse.ArgumentParser:
+    """The parser of ``raygate``'s commands, and of those ``more`` adds (raygate.cli adds
+    the admission client's, which this package may not import)."""
     parser = argparse.ArgumentParser(
         prog="raygate",
         description="raygate: the scheduler extender and admission-status API for Ray "
@@ -65,9 +76,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="raygate COMMAND --help lists each command's flags.")
     parser.add_argument("--version", action="version", version=describe())
     commands = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(commands)
-    _check_parser(commands)
-    _explain_parser(commands)
+    for add in (_serve_parser, _check_parser, _explain_parser, *more):
+        add(commands)
     return parser
 
 
@@ -122,10 +132,11 @@ def _check_parser(commands: Subcommands) -> None:
                        help="manifests with RayClusters, RayJobs, RayServices, RayCronJobs "
                             "(YAML or JSON, Lists and multi-document; a folder: its .yaml, "
                             ".yml and .json files, recursively; - reads stdin)")
-    check.add_argument("--kuberay-version", choices=KUBERAY_VERSIONS,
-                       default=KUBERAY_VERSIONS[-1], metavar="X.Y",
+    check.add_argument("--kuberay-version", choices=KUBERAY_VERSIONS, metavar="X.Y",
                        help="check against this KubeRay release's CRDs "
-                            f"({', '.join(KUBERAY_VERSIONS)}; default %(default)s)")
+                            f"({', '.join(KUBERAY_VERSIONS)}; default: files "
+                            f"{KUBERAY_VERSIONS[-1]}, a live cluster the RayCluster CRD it "
+                            "serves)")
     check.add_argument("--kubeconfig", metavar="FILE",
                        help="lint the RayClusters of a live cluster instead of files")
     check.add_argument("--context", metavar="NAME", help="the kubeconfig context (live)")
@@ -171,9 +182,40 @@ def _explain_parser(commands: Subcommands) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    # --server needs only the contract's libraries (every install has them: raygate.cli);
+    # offline, the cache and the snapshot loader need the server extra.
     import msgspec
 
     from raygate.contract.errors import RaygateError
+    from raygate.server.fronts.explain.client import fetch
+    from raygate.server.fronts.explain.table import render_table
+
+    namespace, _, name = args.pod.partition("/")
+    if not namespace or not name:
+        print("raygate: give the pod as NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    nodes = args.nodes.split(",") if args.nodes else None
+    try:
+        if args.snapshot or args.demo:
+            reply = _explain_offline(args, namespace, name, nodes)
+        else:
+            reply = fetch(args.server, namespace, name, nodes)
+    except (ConfigError, RaygateError) as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, RaygateError) else 2
+    if isinstance(reply, int):
+        return reply
+    if args.output == "json":
+        print(msgspec.json.encode(reply).decode())
+    else:
+        print(render_table(reply), end="")
+    return 0
+
+
+def _explain_offline(args: argparse.Namespace, namespace: str, name: str,
+                     nodes: list[str] | None) -> ExplainReply | int:
+    """The explanation from a snapshot file or the demo cluster, or the exit status of a
+    file raygate cannot load (said on stderr)."""
     from raygate.plugin.config import PolicyConfig
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.cache.editor import build_snapshot
@@ -184,32 +226,17 @@ def _explain(args: argparse.Namespace) -> int:
         load_text,
     )
     from raygate.server.config.file import load_config_file
-    from raygate.server.fronts.explain.client import fetch
     from raygate.server.fronts.explain.service import ExplainService
-    from raygate.server.fronts.explain.table import render_table
 
-    namespace, _, name = args.pod.partition("/")
-    if not namespace or not name:
-        print("raygate: give the pod as NAMESPACE/NAME", file=sys.stderr)
-        return 2
-    nodes = args.nodes.split(",") if args.nodes else None
+    policy = load_config_file(args.config) if args.config else PolicyConfig()
     try:
-        if args.snapshot or args.demo:
-            policy = load_config_file(args.config) if args.config else PolicyConfig()
-            objects = load_text(demo_text(), "demo") if args.demo else load_files(args.snapshot)
-            cache = ClusterCache(policy, "offline")
-            cache.publish(build_snapshot(objects, policy))
-            reply = ExplainService(cache).explain(namespace, name, nodes)
-        else:
-            reply = fetch(args.server, namespace, name, nodes)
-    except (ConfigError, SnapshotError, RaygateError) as exc:
+        objects = load_text(demo_text(), "demo") if args.demo else load_files(args.snapshot)
+    except SnapshotError as exc:
         print(f"raygate: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, RaygateError) else 2
-    if args.output == "json":
-        print(msgspec.json.encode(reply).decode())
-    else:
-        print(render_table(reply), end="")
-    return 0
+        return 2
+    cache = ClusterCache(policy, "offline")
+    cache.publish(build_snapshot(objects, policy))
+    return ExplainService(cache).explain(namespace, name, nodes)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -261,8 +288,10 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run the command ``_parser`` parsed. A dependency the command needs and the install
+    lacks raises ``ModuleNotFoundError``, which raygate.cli turns into the extra to
+    install."""
     if args.command == "serve":
         return _serve(args)
     if args.command == "check":
@@ -270,6 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "explain":
         return _explain(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(_parser().parse_args(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -68,6 +68,22 @@ def check(tmp_path: Path, *objects: Obj) -> Found:
 
 GROUPS = "spec.workerGroupSpecs"
 HEAD = "spec.headGroupSpec.template.spec"
+REQUIRED = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def requiring(*terms: list[Obj]) -> Obj:
+    """A pod's ``affinity`` whose required node affinity has these terms (ORed)."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": term} for term in terms]}}}
+
+
+def gpu_present(*values: str) -> Obj:
+    return {"key": "nvidia.com/gpu.present", "operator": "In", "values": list(values)}
+
+
+def gke_accelerator(operator: str, *values: str) -> Obj:
+    return {"key": "cloud.google.com/gke-accelerator", "operator": operator,
+            **({"values": list(values)} if values else {})}
 VOLCANO_QUEUE = {"volcano.sh/queue-name": "q"}
 
 
@@ -217,6 +233,28 @@ CASES: list[tuple[str, Obj, Found]] = [
     ("RG013 not for another value of the configured label",
      with_(good(), f"{GROUPS}.0.template.spec.nodeSelector", {"nvidia.com/gpu.present": "false"}),
      []),
+    ("RG013 a CPU-only head requiring GPU nodes by node affinity (GKE's accelerator label)",
+     with_(good(), f"{HEAD}.affinity", requiring([gke_accelerator("Exists")])),
+     [("RG013", Severity.ERROR, f"{HEAD}.{REQUIRED}")]),
+    ("RG013 a floor group requiring the configured GPU label in every term",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity",
+           requiring([gpu_present("true")], [gke_accelerator("In", "nvidia-l4"),
+                                             {"key": "zone", "operator": "In", "values": ["a"]}])),
+     [("RG013", Severity.ERROR, f"{GROUPS}[0].template.spec.{REQUIRED}")]),
+    ("RG013 not when one term lets CPU nodes in",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity",
+           requiring([gpu_present("true")],
+                     [{"key": "pool", "operator": "In", "values": ["cpu"]}])),
+     []),
+    ("RG013 not for the configured label at another value, or only maybe",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity",
+           requiring([gpu_present("true", "false")])), []),
+    ("RG013 not for a preferred node affinity",
+     with_(good(), f"{GROUPS}.0.template.spec.affinity", {"nodeAffinity": {
+         "preferredDuringSchedulingIgnoredDuringExecution": [
+             {"weight": 1, "preference": {"matchExpressions": [gpu_present("true")]}}]}}), []),
+    ("RG013 not for the overflow group's required GPU affinity",
+     with_(good(), f"{GROUPS}.1.template.spec.affinity", requiring([gpu_present("true")])), []),
     # KubeRay 1.7's gang on Kubernetes' own PodGroups (kubernetes-was).
     ("RG001 a Kubernetes gang sizes minCount from replicas too",
      with_(make_raycluster("rc").group("g", replicas=3, min=1, max=8).obj(),
@@ -319,13 +357,16 @@ def test_deploy_manifests_pass_clean() -> None:
 
 def test_raygates_own_other_manifests_are_left_alone() -> None:
     """deploy/'s Services, Deployments, RBAC, ...: named in the summary, no finding (a
-    `v1 Service` is no misspelled RayService)."""
+    `v1 Service` is no misspelled RayService), deploy/monitoring's Prometheus rule files
+    and Grafana dashboard too (another tool's documents, no Kubernetes objects)."""
     manifests = sorted(str(p) for p in (ROOT / "deploy").glob("*/*.yaml")
                        if not p.name.startswith("example-") and p.name != "kustomization.yaml")
+    manifests += [str(ROOT / "deploy" / "monitoring" / "raygate-dashboard.json")]
     report = check_files(manifests, PolicyConfig())
     assert report.findings == []
     assert report.exit_code(strict=True) == EXIT_NOTHING
     assert report.skipped["Service"] >= 1 and not report.checked
+    assert (report.skipped["Prometheus rule file"], report.skipped["Grafana dashboard"]) == (1, 1)
 
 
 # The table of bad inputs: what a file holds, what `raygate check` must say of it.
@@ -635,6 +676,95 @@ def test_live_check_against_the_api_server_double(
         in capsys.readouterr().err
     assert main(["check", "--kubeconfig", "k", "rc.yaml"]) == EXIT_UNUSABLE
     assert "not both" in capsys.readouterr().err
+
+
+LIVE_SCHEMAS = [
+    ("1.7", None, True, "against KubeRay v1.7.0's RayCluster CRD, which it serves"),
+    # KubeRay 1.6 has no priority: RG016's fix asks for a field its API server prunes.
+    ("1.6", None, False, "against KubeRay v1.6.1's RayCluster CRD, which it serves"),
+    ("1.6", "1.7", True, "against KubeRay v1.7.0"),  # --kuberay-version still decides
+    ("other", None, True, "against the RayCluster CRD it serves"),  # no release raygate ships
+    (None, None, True, "in the cluster: "),  # the CRD cannot be read: no schema said
+]
+"""(the CRD the cluster serves, --kuberay-version, RG016 said, the summary says)"""
+
+
+@pytest.mark.parametrize("case", LIVE_SCHEMAS, ids=[f"{c[0]}-{c[1]}" for c in LIVE_SCHEMAS])
+def test_live_check_reads_the_served_raycluster_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    case: tuple[str | None, str | None, bool, str]
+) -> None:
+    """`raygate check --kubeconfig` takes the RayCluster schema from the cluster's own CRD,
+    not 1.7's: the summary names it, and a finding on a field it lacks is left out."""
+    served, given, rg016, against = case
+    from raygate.server.check.schema import raycluster_schema
+    from testkit.apiserver import CRDS, ApiServerDouble, Collection
+
+    definitions = Collection("CustomResourceDefinition", "apiextensions.k8s.io", "v1",
+                             "customresourcedefinitions")
+    double = ApiServerDouble().start()
+    try:
+        double.install(CRDS[0])
+        double.install(definitions)
+        if served is not None:
+            schema = raycluster_schema("1.7" if served == "other" else served)
+            if served == "other":
+                schema = {**schema, "description": "a KubeRay raygate does not ship"}
+            double.create({"apiVersion": "apiextensions.k8s.io/v1",
+                           "kind": "CustomResourceDefinition",
+                           "metadata": {"name": "rayclusters.ray.io"},
+                           "spec": {"versions": [{"name": "v1", "schema": {
+                               "openAPIV3Schema": schema}}]}})
+        double.create(two_cpu_groups())
+        argv = ["check", "--kubeconfig", str(double.kubeconfig(tmp_path / "kubeconfig"))]
+        main([*argv, *(["--kuberay-version", given] if given else [])])
+    finally:
+        double.stop()
+    out = capsys.readouterr().out
+    assert ("RG016" in out) is rg016
+    assert against in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("document", "left_alone"), [
+    ({"groups": [{"name": "g", "rules": []}]}, "Prometheus rule file"),
+    ({"panels": [], "schemaVersion": 39, "title": "t"}, "Grafana dashboard"),
+    ({"groups": []}, None),  # nothing says it is a rule file: no kind is RG102 still
+    ({"groups": [{"name": "g"}]}, None),
+    ({"kind": "", "groups": [{"rules": []}]}, None),  # meant as a Kubernetes object
+])
+def test_other_tools_documents_are_left_alone(tmp_path: Path, document: Obj,
+                                             left_alone: str | None) -> None:
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(document))
+    report = check_files([str(path)], PolicyConfig())
+    assert [f.finding.id for f in report.findings] == ([] if left_alone else ["RG102"])
+    assert dict(report.skipped) == ({left_alone: 1} if left_alone else {})
+
+
+@pytest.mark.parametrize("given", ["folder", "chart"])
+def test_a_helm_chart_in_a_folder_is_one_hint_to_render_it(tmp_path: Path, given: str) -> None:
+    """A chart's templates are manifests only once helm renders them and its values files
+    never are: one RG106 hint naming the command, not an error per file; the manifests
+    beside it are checked as before."""
+    chart = tmp_path / "charts" / "ray"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: ray\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("replicas: 2\n")
+    (chart / "templates" / "rc.yaml").write_text(
+        "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata:\n  name: {{ .Release.Name }}\n"
+        "spec:\n  {{- toYaml .Values.spec | nindent 2 }}\n")
+    (tmp_path / "rc.yaml").write_text(_yaml(with_(good(), f"{GROUPS}.1.minReplicas", 9)))
+    report = check_files([str(tmp_path if given == "folder" else chart)], PolicyConfig())
+    found = [(f.file, f.finding.id, f.finding.severity) for f in report.findings]
+    hint = (str(chart / "Chart.yaml"), "RG106", Severity.INFO)
+    if given == "folder":
+        assert found == [(str(tmp_path / "rc.yaml"), "RG004", Severity.ERROR), hint]
+    else:
+        assert found == [hint]
+        assert report.exit_code(strict=True) == EXIT_NOTHING
+    (located,) = [f for f in report.findings if f.finding.id == "RG106"]
+    assert located.finding.fix == f"render it first: helm template ray {chart} [-f VALUES] " \
+        "| raygate check -"
 
 
 def test_a_folder_is_read_like_kubectl_apply_f(tmp_path: Path) -> None:

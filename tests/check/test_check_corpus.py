@@ -95,3 +95,15 @@ def test_the_docs_table_says_the_same() -> None:
     for files in NOT_RAY.values():
         for file in files:
             assert file in rows, f"docs/tools.md: no row for {file}"
+
+
+def test_the_rule_table_is_one_table() -> None:
+    """Every rule's row sits in docs/tools.md's one table of rules: a paragraph between two
+    rows ends a Markdown table, and the rows after it render as plain text."""
+    lines = doc("tools.md").splitlines()
+    start = lines.index("| ID | severity | finds | why that severity |")
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    in_table = {m[1] for line in lines[start + 2:end] if (m := re.match(r"\| (RG\d{3}) \|", line))}
+    rows = set(re.findall(r"^\| (RG\d{3}) \|", doc("tools.md"), re.M))
+    assert in_table == rows
+    assert {"RG001", "RG009", "RG010", "RG017", "RG105"} <= rows

@@ -169,7 +169,7 @@ def test_live_inputs_read_the_dra_objects(tmp_path: Path) -> None:
                      make_node("nic-0"), make_node("empty-0")):
             double.create(node.obj())
         connection = load_connection(str(double.kubeconfig(tmp_path / "kubeconfig")), None)
-        clusters, before = live_inputs(connection, "ray", PolicyConfig())
+        clusters, before, _ = live_inputs(connection, "ray", PolicyConfig())
         assert before.gpu_nodes == 1 and not before.gpu_devices.classes
         assert [(f.id, f.message.split(": ")[0]) for f in lint(clusters, before, PolicyConfig())
                 ] == [("RG009", "GPU worker group 'gpu' needs 4 floor pods but raygate sees "
@@ -186,7 +186,7 @@ def test_live_inputs_read_the_dra_objects(tmp_path: Path) -> None:
                     make_resource_claim("shared", "gpu.nvidia.com"),
                     make_claim_template("a100", "nic.example.com", namespace="other")):
             double.create(obj)
-        clusters, after = live_inputs(connection, "ray", PolicyConfig())
+        clusters, after, _ = live_inputs(connection, "ray", PolicyConfig())
         assert after.gpu_nodes == 3  # plugin, dra-0, dra-1
         assert set(after.gpu_devices.classes) == {"gpu.nvidia.com"}
         assert "example.com/gpu" in after.gpu_devices.resources
@@ -195,7 +195,7 @@ def test_live_inputs_read_the_dra_objects(tmp_path: Path) -> None:
         (finding,) = lint(clusters, after, PolicyConfig())
         assert "raygate sees 3 GPU nodes" in finding.message
 
-        _, everywhere = live_inputs(connection, None, PolicyConfig())
+        _, everywhere, _ = live_inputs(connection, None, PolicyConfig())
         assert set(everywhere.claim_templates) == {("ray", "a100"), ("other", "a100")}
         paths = {p for p, _ in double.requests}
         assert "/apis/resource.k8s.io/v1/namespaces/ray/resourceclaimtemplates" in paths

@@ -176,6 +176,20 @@ def test_leader_election_holds_one_lease_and_nothing_more(setup: str, account: s
         "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 
 
+@pytest.mark.parametrize("setup", SETUPS)
+def test_every_service_account_is_one_a_pod_runs_as(setup: str) -> None:
+    """No account bound to raygate's roles that nothing runs as: in kube-scheduler-second
+    and kueue ray-scheduler's account holds them, and deploy/base's raygate account goes
+    with its Deployment."""
+    objects = render(DEPLOY / setup)
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    used = {o["spec"]["template"]["spec"]["serviceAccountName"] for o in objects
+            if o["kind"] == "Deployment"}
+    bound = {s["name"] for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+             for s in o["subjects"] if s["kind"] == "ServiceAccount"}
+    assert accounts == used == bound
+
+
 def test_status_reader_role_grants_what_authz_checks() -> None:
     """The example role for status callers: exactly the access raygate/server/authz/ asks a
     SubjectAccessReview about, and bound to nobody by default."""

@@ -14,7 +14,7 @@ from raygate.plugin.model import NodeAffinityShape
 from raygate.plugin.native import GATE
 from raygate.server.wire import kube
 
-__all__ = ["UNGATED", "Gated", "affinity_shape", "gated"]
+__all__ = ["UNGATED", "Gated", "affinity_shape", "gated", "required_terms"]
 
 Gated = tuple[tuple[str, ...], NodeAffinityShape | None, NodeConstraints | None]
 UNGATED: Gated = ((), None, None)
@@ -31,11 +31,11 @@ def gated(spec: kube.PodSpec) -> Gated:
         Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
         for t in spec.tolerations or ())
     return gates, affinity_shape(spec.affinity), NodeConstraints(
-        MappingProxyType(dict(spec.node_selector or {})), _required_terms(spec.affinity),
+        MappingProxyType(dict(spec.node_selector or {})), required_terms(spec.affinity),
         tolerations)
 
 
-def _required_terms(affinity: Any) -> tuple[tuple[NodeRequirement, ...], ...] | None:
+def required_terms(affinity: Any) -> tuple[tuple[NodeRequirement, ...], ...] | None:
     """The required node affinity's terms as decoded (plain JSON values the API server
     validated; anything else reads as absent)."""
     node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None

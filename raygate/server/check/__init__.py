@@ -8,16 +8,24 @@ too; everything wrong is reported, not the first thing per file. Exit status: ``
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO, TextIO, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TextIO, TypeVar
 
 import msgspec
 
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.lint import lint
-from raygate.plugin.lint_model import ClusterFacts, Finding, LintCluster, object_ref
+from raygate.plugin.lint_model import (
+    ClusterFacts,
+    Finding,
+    LintCluster,
+    Severity,
+    object_ref,
+)
 from raygate.plugin.manifest import not_an_object, not_parsed, recognise
 from raygate.server.cache import convert
 from raygate.server.cache.devices import (
@@ -31,6 +39,7 @@ from raygate.server.cache.keys import ClusterObjects
 from raygate.server.cache.snapshot_files import SnapshotError
 from raygate.server.check.inputs import (
     DEFAULT_MAX_BYTES,
+    HELM_CHART,
     Document,
     InputError,
     documents,
@@ -39,16 +48,23 @@ from raygate.server.check.inputs import (
 )
 from raygate.server.check.manifests import check_object, lint_cluster
 from raygate.server.check.report import Located, Report, render
-from raygate.server.check.schema import DEFAULT_VERSION, VERSIONS
+from raygate.server.check.schema import (
+    DEFAULT_VERSION,
+    VERSIONS,
+    has_field,
+    raycluster_schema,
+    version_of,
+)
 from raygate.server.kube.client import Connection, KubeTransport
-from raygate.server.kube.transport import TransportError
+from raygate.server.kube.transport import ApiError, TransportError
 from raygate.server.wire import dra, kube
 from raygate.server.wire.raycluster import RayClusterManifest
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_VERSION", "VERSIONS", "check_files", "lint_cluster",
-           "live_inputs", "parse_size", "run_check"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_VERSION", "VERSIONS", "Live", "check_files",
+           "lint_cluster", "live_inputs", "parse_size", "run_check"]
 
 _DRA = "resource.k8s.io/v1"
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 _Wire = TypeVar("_Wire")
 _View = TypeVar("_View")
 
@@ -68,6 +84,10 @@ def _document_findings(doc: Document, config: PolicyConfig, kuberay: str,
         return [not_parsed(doc.error)]
     if not isinstance(doc.value, dict):
         return [not_an_object(doc.value)]
+    other = _other_tools(doc.value)
+    if other is not None:
+        report.skipped[other] += 1
+        return []
     ref = _ref(doc.value)
     kind, problems = recognise(doc.value.get("kind"), doc.value.get("apiVersion"), ref)
     if kind is None:
@@ -82,6 +102,21 @@ def _document_findings(doc: Document, config: PolicyConfig, kuberay: str,
     if cluster is not None:
         report.clusters.append(cluster)
     return [*problems, *found]
+
+
+def _other_tools(value: dict[str, Any]) -> str | None:
+    """What a document without ``kind`` or ``apiVersion`` is when another tool that sits
+    beside manifests reads it (deploy/monitoring's rule files and dashboard): left alone as
+    any object that is not KubeRay's, not refused as a broken Kubernetes object."""
+    if "kind" in value or "apiVersion" in value:
+        return None
+    groups = value.get("groups")
+    if isinstance(groups, list) and groups and all(
+            isinstance(g, dict) and "rules" in g for g in groups):
+        return "Prometheus rule file"
+    if isinstance(value.get("panels"), list) and "schemaVersion" in value:
+        return "Grafana dashboard"
+    return None
 
 
 def _check_file(path: str, config: PolicyConfig, report: Report, *, kuberay: str,
@@ -116,16 +151,38 @@ def _cluster_objects(transport: KubeTransport, scope: str) -> ClusterObjects:
                                       claim_template_view, scope))
 
 
-def live_inputs(connection: Connection, namespace: str | None,
-                config: PolicyConfig) -> tuple[list[LintCluster], ClusterFacts]:
+class Live(NamedTuple):
+    """What ``raygate check --kubeconfig`` reads of a cluster."""
+
+    clusters: list[LintCluster]
+    facts: ClusterFacts
+    schema: dict[str, Any] | None = None
+    """The RayCluster schema the cluster serves (its CRD's ``v1`` ``openAPIV3Schema``);
+    None when the CRD could not be read (no right to get CRDs)."""
+
+
+def _served_schema(transport: KubeTransport) -> dict[str, Any] | None:
+    try:
+        crd = msgspec.json.decode(transport.get(f"{_CRDS}/rayclusters.ray.io", []))
+    except ApiError:  # 404: no CRD (no RayCluster either); 403: not allowed to read CRDs
+        return None
+    versions = (crd.get("spec") or {}).get("versions") or ()
+    served = [v for v in versions if isinstance(v, dict) and v.get("name") == "v1"]
+    schema = (served[0].get("schema") or {}).get("openAPIV3Schema") if served else None
+    return schema if isinstance(schema, dict) else None
+
+
+def live_inputs(connection: Connection, namespace: str | None, config: PolicyConfig) -> Live:
     """The RayClusters (of one namespace, or all) and what raygate sees of the cluster:
     GPU nodes (DRA's too), whether Volcano's PodGroups and Kueue's Workloads are served,
-    and the GPU DeviceClasses, ResourceClaims and templates the groups' claims name."""
+    the GPU DeviceClasses, ResourceClaims and templates the groups' claims name, and the
+    RayCluster schema the cluster serves."""
     transport = KubeTransport(connection)
     try:
         scope = f"/namespaces/{namespace}" if namespace else ""
         clusters = [lint_cluster(msgspec.json.decode(raw, type=RayClusterManifest))
                     for raw in transport.list_raw(f"/apis/ray.io/v1{scope}/rayclusters")]
+        served = _served_schema(transport)
         objects = _cluster_objects(transport, scope)
         volcano = "podgroups" in (transport.discover("scheduling.volcano.sh/v1beta1") or ())
         kueue = any("workloads" in (transport.discover(f"kueue.x-k8s.io/{v}") or ())
@@ -136,10 +193,31 @@ def live_inputs(connection: Connection, namespace: str | None,
         transport.close()
     # GPU nodes and GPU devices as raygate's own cache decides them.
     snap = build_snapshot(objects, config)
-    return clusters, ClusterFacts(
+    return Live(clusters, ClusterFacts(
         len(snap.gpu_node_names), volcano, kueue, snap.gpu_devices(),
         {(c.namespace, c.name): c for c in objects.resourceclaims},
-        {(t.namespace, t.name): t for t in objects.resourceclaimtemplates})
+        {(t.namespace, t.name): t for t in objects.resourceclaimtemplates}), served)
+
+
+def _parts(path: str) -> tuple[str | int, ...]:
+    """``spec.workerGroupSpecs[0].priority`` as ``("spec", "workerGroupSpecs", 0, "priority")``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", path))
+
+
+def _live_report(live: Live, kuberay: str | None, config: PolicyConfig) -> Report:
+    """The cluster's RayClusters linted with its facts, against the RayCluster schema it
+    serves (or ``kuberay``'s, when given): a finding on a spec field that schema lacks
+    (KubeRay 1.7's ``priority`` on a 1.6 cluster) asks for what the API server would
+    prune, and is left out."""
+    schema_ = live.schema if kuberay is None else raycluster_schema(kuberay)
+    version = version_of(schema_) if kuberay is None and schema_ is not None else kuberay
+    report = Report(live=True, kuberay=version, clusters=list(live.clusters),
+                    checked=Counter({"RayCluster": len(live.clusters)}) if live.clusters
+                    else Counter(), served=schema_ is not None)
+    report.findings = [Located(f) for f in lint(live.clusters, live.facts, config)
+                       if schema_ is None or not f.path.startswith("spec.")
+                       or has_field(schema_, _parts(f.path))]
+    return report
 
 
 def check_files(paths: Sequence[str], config: PolicyConfig, *,
@@ -149,31 +227,40 @@ def check_files(paths: Sequence[str], config: PolicyConfig, *,
     against KubeRay ``kuberay``; one that cannot be read is said on ``errors`` (stderr) and
     noted in the report, and the others are still checked."""
     report = Report(kuberay=kuberay)
-    for path in expand(paths):
+    charts: list[str] = []
+    for path in expand(paths, charts):
         try:
             _check_file(path, config, report, kuberay=kuberay, max_bytes=max_bytes,
                         stdin=stdin or sys.stdin.buffer)
         except InputError as exc:
             report.unreadable.append(str(exc))
             print(f"raygate: {exc}", file=errors or sys.stderr)
+    report.findings += [_helm_chart(folder) for folder in charts]
     return report
 
 
+def _helm_chart(folder: str) -> Located:
+    """One hint for a Helm chart met in a folder, in place of an error per template."""
+    name = os.path.basename(os.path.normpath(folder))
+    return Located(Finding(
+        "RG106", Severity.INFO, f"Helm chart {name}", "",
+        "a Helm chart: its templates become manifests only once helm renders them, so "
+        "its files were not read", f"render it first: helm template {name} {folder} "
+        "[-f VALUES] | raygate check -"), os.path.join(folder, HELM_CHART))
+
+
 def run_check(paths: Sequence[str], output: str, strict: bool, config: PolicyConfig, *,
-              kuberay: str = DEFAULT_VERSION,
-              live: tuple[list[LintCluster], ClusterFacts] | None = None,
+              kuberay: str | None = None, live: Live | None = None,
               max_bytes: int = DEFAULT_MAX_BYTES, stdin: BinaryIO | None = None,
               out: TextIO | None = None, errors: TextIO | None = None) -> int:
-    """Check files against KubeRay ``kuberay`` (of ``schema.VERSIONS``), or with ``live``
-    the RayClusters read from a cluster with its facts; print the findings and the
-    summary; return the exit status."""
+    """Check files against KubeRay ``kuberay`` (of ``schema.VERSIONS``; None: the
+    current), or with ``live`` the RayClusters read from a cluster with its facts, against
+    the schema it serves unless ``kuberay`` is given; print the findings and the summary;
+    return the exit status."""
     if live is not None:
-        clusters, facts = live
-        report = Report(live=True, checked=Counter({"RayCluster": len(clusters)}) if clusters
-                        else Counter(), clusters=list(clusters), kuberay=None)
-        report.findings = [Located(f) for f in lint(clusters, facts, config)]
+        report = _live_report(live, kuberay, config)
     else:
-        report = check_files(paths, config, kuberay=kuberay, max_bytes=max_bytes, stdin=stdin,
-                             errors=errors)
+        report = check_files(paths, config, kuberay=kuberay or DEFAULT_VERSION,
+                             max_bytes=max_bytes, stdin=stdin, errors=errors)
     render(report, output, strict, out or sys.stdout)
     return report.exit_code(strict)

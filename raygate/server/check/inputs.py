@@ -30,6 +30,7 @@ STDIN = "-"
 _DOCUMENT_START = re.compile(r"^---(?=[ \t]|\r?$)", re.M)
 # What `kubectl apply -f FOLDER` reads of a folder.
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+HELM_CHART = "Chart.yaml"
 
 
 class _StrictLoader(ManifestLoader):
@@ -98,12 +99,19 @@ def _read(path: str, limit: int, stdin: BinaryIO) -> bytes:
     return data
 
 
-def expand(paths: Iterable[str]) -> Iterator[str]:
+def expand(paths: Iterable[str], charts: list[str] | None = None) -> Iterator[str]:
     """``paths`` with each folder replaced by its manifests (``MANIFEST_SUFFIXES``), all of
-    its subfolders' too, in name order: a CI gate over a folder of manifests."""
+    its subfolders' too, in name order: a CI gate over a folder of manifests. A folder
+    holding a Helm chart (``Chart.yaml``) is not read: its templates are manifests only
+    once helm renders them, and its values files never are; it is added to ``charts``."""
     for path in paths:
         if path != STDIN and os.path.isdir(path):
             for folder, subfolders, files in os.walk(path):
+                if HELM_CHART in files:
+                    subfolders.clear()
+                    if charts is not None:
+                        charts.append(folder)
+                    continue
                 subfolders.sort()
                 yield from (os.path.join(folder, name) for name in sorted(files)
                             if name.endswith(MANIFEST_SUFFIXES))

@@ -24,6 +24,7 @@ from raygate.plugin.lint_model import (
 )
 from raygate.plugin.manifest import RAY_KINDS, field_path, schema_violation
 from raygate.server.cache import convert
+from raygate.server.cache.convert_gated import required_terms
 from raygate.server.check import schema
 from raygate.server.wire.raycluster import PodSpec, RayClusterManifest
 
@@ -69,6 +70,7 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
             node_selector=pod.node_selector or {},
             claims=convert.pod_claims(pod.resource_claims),
             priority=g.priority,
+            node_affinity=required_terms(pod.affinity),
         ))
     options = spec.autoscaler_options
     autoscaler = None
@@ -93,7 +95,8 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
             resources=_resources(head.containers or (),
                                  f"{spec_path}.headGroupSpec.template.spec.containers"),
             tolerations=_tolerations(head), node_selector=head.node_selector or {},
-            claims=convert.pod_claims(head.resource_claims)),
+            claims=convert.pod_claims(head.resource_claims),
+            node_affinity=required_terms(head.affinity)),
     )
 
 

@@ -46,8 +46,10 @@ class Report:
     skipped: Counter[str] = field(default_factory=Counter)
     """Objects that are not KubeRay's, by kind: read, and left alone."""
     kuberay: str | None = schema.DEFAULT_VERSION
-    """The KubeRay version whose CRDs the files were checked against (None live: the
-    cluster's own API server has checked them)."""
+    """The KubeRay version whose CRDs the files were checked against; live, the one whose
+    RayCluster CRD the cluster serves (None: one raygate does not ship, or unread)."""
+    served: bool = False
+    """Live: the findings were read against the RayCluster schema the cluster serves."""
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.finding.severity is severity)
@@ -66,6 +68,10 @@ class Report:
         kinds = [_count(self.checked[k], k) for k in RAY_KINDS if self.checked[k]]
         where = "in the cluster" if self.live else f"in {_count(self.files, 'file')}"
         against = f" against KubeRay {schema.release(self.kuberay)}" if self.kuberay else ""
+        if self.served:
+            against = (f" against KubeRay {schema.release(self.kuberay)}'s RayCluster CRD, "
+                       "which it serves" if self.kuberay else " against the RayCluster CRD it "
+                       "serves")
         tally = [_count(self.count(s), s.value) for s in Severity if self.count(s)]
         unreadable = f" ({_count(len(self.unreadable), 'file')} not read)" \
             if self.unreadable else ""

@@ -24,8 +24,8 @@ from raygate.plugin.manifest import did_you_mean
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-__all__ = ["DEFAULT_VERSION", "KINDS", "VERSIONS", "Violation", "release", "source",
-           "violations"]
+__all__ = ["DEFAULT_VERSION", "KINDS", "VERSIONS", "Violation", "has_field", "raycluster_schema",
+           "release", "source", "version_of", "violations"]
 
 FieldPath = tuple[str | int, ...]
 KINDS = ("RayCluster", "RayJob", "RayService", "RayCronJob")
@@ -80,6 +80,36 @@ def _schemas(version: str) -> dict[str, Any]:
         return inline(definitions[name])
 
     return {kind: inline(schema) for kind, schema in _document(version)["kinds"].items()}
+
+
+def raycluster_schema(version: str) -> dict[str, Any]:
+    """KubeRay ``version``'s RayCluster schema (its CRD's ``v1`` ``openAPIV3Schema``)."""
+    found: dict[str, Any] = _schemas(version)["RayCluster"]
+    return found
+
+
+def version_of(raycluster: Mapping[str, Any]) -> str | None:
+    """The version (of ``VERSIONS``) whose RayCluster schema is ``raycluster``, the ``v1``
+    ``openAPIV3Schema`` a cluster's CRD serves; None when no shipped one is."""
+    return next((v for v in VERSIONS if _schemas(v)["RayCluster"] == raycluster), None)
+
+
+def has_field(raycluster: Mapping[str, Any], path: FieldPath) -> bool:
+    """Whether a RayCluster schema has the field at ``path`` (list indices skipped): a
+    schema that keeps unknown fields has every field below it."""
+    node: Any = raycluster
+    for part in path:
+        if not isinstance(node, Mapping) or node.get(_PRESERVE):
+            return isinstance(node, Mapping)
+        if isinstance(part, int):
+            node = node.get("items")
+            continue
+        properties = node.get("properties") or {}
+        extra = node.get("additionalProperties")
+        node = properties.get(part, extra if isinstance(extra, Mapping) else None)
+        if node is None:
+            return False
+    return True
 
 
 def _prepared(value: Any, schema: Mapping[str, Any]) -> Any:

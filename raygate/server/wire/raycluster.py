@@ -4,6 +4,8 @@ autoscaler options, labels. (The cache's slimmer ``kube.RayCluster`` skips templ
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from raygate.server.wire.kube import Container, PodResourceClaim, Resources
@@ -27,6 +29,9 @@ class PodSpec(_Base):
     scheduler_name: str | None = None
     node_selector: dict[str, str] | None = None
     resource_claims: list[PodResourceClaim] | None = None
+    affinity: Any = None
+    """Read for its required node affinity (raygate check's RG013); any JSON is accepted
+    here, the CRD's schema judges it."""
 
 
 class Template(_Base):

@@ -239,6 +239,14 @@ volume, where raygate serves the webhook: each a list of one, or nothing. */}}
 {{- end }}
 {{- end }}
 
+{{/* "true" when ray-scheduler's own kube-scheduler metrics are scraped: mode second and
+metrics.kubeScheduler.serviceMonitor.enabled (raygate.validate refuses it in other modes). */}}
+{{- define "raygate.scrapesKubeScheduler" -}}
+{{- if and (eq .Values.kubeScheduler.mode "second") .Values.metrics.kubeScheduler.serviceMonitor.enabled -}}
+true
+{{- end -}}
+{{- end }}
+
 {{/* The setup's own checks: a combination that cannot work fails the render. */}}
 {{- define "raygate.validate" -}}
 {{- $mode := .Values.kubeScheduler.mode -}}
@@ -247,6 +255,9 @@ volume, where raygate serves the webhook: each a list of one, or nothing. */}}
 {{- end -}}
 {{- if and .Values.kueue.enabled (ne $mode "second") -}}
 {{- fail "kueue.enabled needs kubeScheduler.mode second: ray-scheduler places the pods Kueue admits" -}}
+{{- end -}}
+{{- if and .Values.metrics.kubeScheduler.serviceMonitor.enabled (ne $mode "second") -}}
+{{- fail "metrics.kubeScheduler.serviceMonitor.enabled needs kubeScheduler.mode second: only there does the chart run a kube-scheduler (ray-scheduler)" -}}
 {{- end -}}
 {{- if and .Values.volcano.enabled (ne $mode "none") -}}
 {{- fail "volcano.enabled needs kubeScheduler.mode none: Volcano schedules the Ray pods, not kube-scheduler" -}}

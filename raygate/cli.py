@@ -1,0 +1,81 @@
+"""The ``raygate`` command, on every install.
+
+``pip install raygate`` (no extra) brings the contract's libraries only (msgspec, grpcio,
+protobuf): enough to ask a running raygate, ``raygate explain NS/POD --server URL`` and
+``raygate admission get|list|watch``, but not to serve, check manifests or explain
+offline, which need the ``server`` extra. Such a command says so in one line and exits 2,
+the status ``raygate-autoscaler`` exits with when Ray is missing: never a traceback.
+
+The server's command line (``raygate.server.cli``) builds its parser from the standard
+library and the contract alone and imports each command's modules when it runs; this
+module sits above it and the admission client (``raygate.client``, which the server may
+not import), so that ``raygate`` can offer both (tests/client/test_cli_light.py runs every
+command with the server's dependencies refused).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raygate.server.cli import Subcommands
+
+__all__ = ["EXTRA_OF", "main"]
+
+EXTRA_OF: dict[str, str] = {
+    module: "server" for module in (
+        "uvicorn", "uvloop", "httptools", "grpc_health", "grpc_reflection", "yaml",
+        "kubernetes", "urllib3", "immutables", "prometheus_client", "jsonschema")
+}
+"""The extra that installs each module a command may need and a bare install lacks (the
+``server`` extra's; tests/client/test_cli_light.py holds it to pyproject.toml's)."""
+
+DEFAULT_SERVER = "http://127.0.0.1:8888"
+
+
+def _admission_parser(commands: Subcommands) -> None:
+    """``raygate admission``: the admission-status API, as ``python -m raygate.client``."""
+    from raygate.client.cli import add_arguments
+
+    admission = commands.add_parser(
+        "admission", help="ask a running raygate why a RayCluster's pods are not running "
+                          "(the admission-status API, one JSON document per line)")
+    add_arguments(admission)
+    admission.set_defaults(admission=admission)  # its usage line, for a wrong NAMESPACE [NAME]
+    admission.add_argument("--server", default=DEFAULT_SERVER, metavar="URL",
+                           help="a running raygate: http://host:8888 or grpc://host:9090 "
+                                "(default %(default)s)")
+
+
+def _missing(command: str, exc: ModuleNotFoundError) -> int:
+    """One line naming the extra that brings the missing module; 2, as for a usage error."""
+    module = (exc.name or "").partition(".")[0]
+    extra = EXTRA_OF.get(module)
+    if extra is None:
+        raise exc  # not a module an extra brings: a broken install or a bug, shown whole
+    print(f"raygate {command}: needs raygate's {extra} extra ({module} is not installed): "
+          f"pip install 'raygate[{extra}]'", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from raygate.server import cli as server
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        # Parsing too may need the extra: check's --max-size is read by the check module.
+        args = server.build_parser(_admission_parser).parse_args(argv)
+        if args.command == "admission":
+            from raygate.client.cli import run
+
+            return run(args.admission, args.server, args)
+        return server.run(args)
+    except ModuleNotFoundError as exc:
+        command = next((a for a in argv if not a.startswith("-")), "")
+        return _missing(command, exc)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
