@@ -100,10 +100,10 @@ WAIT_FOR_BATCH = "a surplus worker of an all-or-nothing scale-up: held with its 
 def decide_at_admission(pod: PodView, view: ClusterView, config: PolicyConfig, now: float,
                         taken: Callable[[], int]) -> AdmissionDecision | str:
     """How a new Ray pod is created (``taken``: ``admission_role``'s, asked only where a
-    count decides), or why its
-    decision has to wait at raygate's gate: a worker whose RayCluster the view lacks (the
-    count needs its floor; the RayCluster comes by another watch), a CPU-only surplus
-    worker of an all-or-nothing scale-up (released with its batch)."""
+    count decides), or why its decision has to wait at raygate's gate: a worker whose
+    RayCluster the view lacks (the count needs its floor; the RayCluster comes by another
+    watch), a CPU-only surplus worker of an all-or-nothing scale-up (released with its
+    batch)."""
     cluster = view.raycluster(pod.namespace, pod.ray_cluster)
     if cluster is None and pod.ray_node_type != "head":
         return WAIT_FOR_RAYCLUSTER
@@ -112,7 +112,9 @@ def decide_at_admission(pod: PodView, view: ClusterView, config: PolicyConfig, n
     if (cluster is not None and cluster.all_or_nothing and role.role is Role.SURPLUS
             and decision.rule is not Rule.GPU_POD):
         return WAIT_FOR_BATCH
-    return AdmissionDecision(role, decision, native_rule(decision, config))
+    # A pod that names its node is past every scheduler: its labels say its role.
+    rule = NativeRule.NONE if pod.node_name else native_rule(decision, config)
+    return AdmissionDecision(role, decision, rule)
 
 
 def native_rule(decision: Decision, config: PolicyConfig) -> NativeRule:

@@ -46,7 +46,6 @@ from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE, GroupKey
 from raygate.plugin.native import (
     ANNOTATION_ADMITTED,
     GATE,
-    NativeRule,
     admission_patch,
     decide_at_admission,
     places_taken,
@@ -204,9 +203,7 @@ class RayPodWebhook:
             snap, key) + self.admitted.held(key, snap, now))
         if isinstance(decided, str):
             return self._gate(pod, snap.config, decided)
-        role, decision = decided.role.role, decided.decision
-        # A pod that names its node is past every scheduler: its labels say its role.
-        rule = NativeRule.NONE if pod.spec.node_name else decided.rule
+        role, decision, rule = decided.role.role, decided.decision, decided.rule
         ops = admission_patch(view, rule, {LABEL_ROLE: role.value,
                                            LABEL_RULE: decision.rule.value},
                               {ANNOTATION_ADMITTED: uid}, has_annotations=annotations
