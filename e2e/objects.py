@@ -11,13 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DRA_GPUS_LABEL", "GPU_TAINT", "SCENARIO_LABEL", "TOLERATE_GPU", "Group",
-           "dra_gpu_node", "gpu_job", "node", "raycluster", "recipe_groups",
-           "tolerating_gpu_groups"]
+__all__ = [
+    "DRA_GPUS_LABEL",
+    "GPU_TAINT",
+    "HEAD_NODE",
+    "SCENARIO_LABEL",
+    "TOLERATE_GPU",
+    "WORKER_NODE",
+    "Group",
+    "dra_gpu_node",
+    "gpu_job",
+    "node",
+    "pool",
+    "raycluster",
+    "recipe_groups",
+    "tolerating_gpu_groups",
+]
 
 SCENARIO_LABEL = "testbed.raygate.dev/scenario"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 TOLERATE_GPU = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+HEAD_NODE = {"testbed.raygate.dev/pool": "head"}
+WORKER_NODE = {"testbed.raygate.dev/pool": "workers"}
+"""Node pools of a scenario whose layout must not depend on which pod a scheduler tries
+first (``pool``)."""
 RAY_IMAGE = "rayproject/ray:2.60.0"  # never pulled: kwok runs no containers
 DRA_GPUS_LABEL = "testbed.raygate.dev/dra-gpus"
 """How many GPUs a DRA GPU node's slice lists: the timeline's node kinds read it (raygate
@@ -63,6 +80,11 @@ def dra_gpu_node(name: str, scenario: str, *, cpu: int, gpus: int,
                      "type": {"string": "gpu"}, "index": {"int": i}}} for i in range(gpus)]},
     }
     return body, slice_
+
+
+def pool(scenario: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Pod spec that keeps a pod on ``scenario``'s nodes of one pool (``HEAD_NODE``...)."""
+    return {"nodeSelector": {SCENARIO_LABEL: scenario, **labels}}
 
 
 @dataclass

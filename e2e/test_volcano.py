@@ -19,7 +19,16 @@ import pytest
 from e2e import report
 from e2e.admission import AdmissionRecorder
 from e2e.gangs import GangRecorder, events
-from e2e.objects import TOLERATE_GPU, Group, node, raycluster, tolerating_gpu_groups
+from e2e.objects import (
+    HEAD_NODE,
+    TOLERATE_GPU,
+    WORKER_NODE,
+    Group,
+    node,
+    pool,
+    raycluster,
+    tolerating_gpu_groups,
+)
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import assert_untouched, bring_up, pending_replacements, priority_class
 from raygate.contract.admission_status import AdmissionStatus
@@ -109,18 +118,27 @@ def test_volcano_strands_no_surplus_worker_behind_a_waiting_floor(scenario: Scen
     one CPU place free, a GPU node with room, a second CPU node added later. Volcano skips
     the rest of a task spec's pods once one fails its predicates everywhere; the surplus
     worker carries a task spec of its own (``<group>-surplus``), so the floor worker that
-    waits for CPU does not strand it: the gang (head, one floor, the surplus) runs at once,
-    the second floor worker on the CPU node when it comes."""
+    waits for CPU does not strand it: the gang (head, one floor, the surplus) runs once the
+    group scales past its floor, the second floor worker on the CPU node when it comes."""
     name = scenario.name
     groups = podgroups(scenario)
     try:
-        scenario.setup([node(f"{name}-cpu-1", name, cpu=5),  # head 2.5 CPU, a worker 2
-                        node(f"{name}-gpu", name, cpu=8, gpus=4)])
+        # The head (2 CPU and the autoscaler's 500m) on a node of its own (by node selector),
+        # cpu-1, two the GPU node.
+        scenario.setup([node(f"{name}-head", name, cpu=3, labels=HEAD_NODE),
+                        node(f"{name}-cpu-1", name, cpu=2, labels=WORKER_NODE),
+                        node(f"{name}-gpu", name, cpu=8, gpus=4, labels=WORKER_NODE)])
+        workers = {"tolerations": [TOLERATE_GPU], **pool(name, WORKER_NODE)}
         body = raycluster("shape", scenario.namespace, name, [Group(
-            "work", 3, "2", min=2, max=4, pod_spec={"tolerations": [TOLERATE_GPU]})],
-            scheduler="volcano")
+            "work", 2, "2", min=2, max=4, pod_spec=workers)], scheduler="volcano",
+            head_pod_spec=pool(name, HEAD_NODE))
         body["metadata"]["labels"] = dict(QUEUE)
         scenario.create(body)
+        wait_until("the head and 2 floor workers created", lambda: len(
+            scenario.group_pods("work")) == 2 and len(scenario.group_pods("headgroup")) == 1)
+        scenario.step("head and 2 floor workers created; the gang (3) cannot be placed: "
+                      "one CPU place for the floor")
+        scenario.scale("shape", "work", 3)
         wait_until("the head, a floor and the surplus worker running", lambda: len(
             scenario.running("headgroup")) == 1 and len(scenario.running("work")) == 2,
             timeout=120)
@@ -129,9 +147,9 @@ def test_volcano_strands_no_surplus_worker_behind_a_waiting_floor(scenario: Scen
                  for p in scenario.group_pods("work")}
         assert specs == {("floor", "work"), ("surplus", "work-surplus")}, specs
         assert kinds(scenario, "work") == ["CPU", "GPU"]
-        scenario.step("head and a floor worker on cpu-1, the surplus worker (task spec "
-                      "work-surplus) on the GPU node; the other floor worker waits")
-        scenario.add_node(node(f"{name}-cpu-2", name, cpu=4))
+        scenario.step("scaled to 3: the head, a floor worker on cpu-1 and the surplus worker "
+                      "(task spec work-surplus) on the GPU node; the other floor worker waits")
+        scenario.add_node(node(f"{name}-cpu-2", name, cpu=2, labels=WORKER_NODE))
         wait_until("4 of 4 running", lambda: len(scenario.running("work")) == 3, timeout=120)
         assert kinds(scenario, "work") == ["CPU", "CPU", "GPU"]
         scenario.step("cpu-2 added: the second floor worker bound there; 4 of 4 running")
