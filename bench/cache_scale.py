@@ -223,7 +223,8 @@ def _changes(api: KubeApi, raygate: Raygate, cluster: Cluster, n_changes: int,
     return changes, lone
 
 
-def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster) -> Ended:
+def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster,
+         loaded: Loaded) -> Ended:
     """raygate's last numbers; stop it, check it and the testbed, then the LIST alone."""
     rss_end, hwm_end = raygate.memory_kib()
     served_kib = served_pod_kib(api, cluster)
@@ -240,6 +241,9 @@ def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster) -> 
     if problems := raygate.problems():
         raise RuntimeError("raygate logged errors:\n  " + "\n  ".join(problems[:10]))
     alone = list_alone(api, WatchSettings().page_size)
+    if alone.items != loaded.nodes + loaded.pods:
+        raise RuntimeError(f"the LIST alone read {alone.items:,} nodes and pods, loaded "
+                           f"{loaded.nodes + loaded.pods:,}: it does not measure the LIST")
     print(f"the LIST alone: {alone.pages} pages, {alone.mib:,.0f} MiB; waiting for "
           f"kube-apiserver {alone.server_s:.1f}s, raygate's decode and convert "
           f"{alone.decode_convert_s:.1f}s; as protobuf {alone.protobuf_mib:,.0f} MiB in "
@@ -288,7 +292,7 @@ def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
         raygate = Raygate(testbed.admin_kubeconfig, workdir)
         started = start_raygate(raygate, loaded)
         changes, lone = _changes(api, raygate, cluster, n_changes, rate)
-        ended = _end(api, raygate, testbed, cluster)
+        ended = _end(api, raygate, testbed, cluster, loaded)
         return _result(loaded, started, changes, lone, ended, rate=rate, workdir=workdir,
                        command=command)
     finally:

@@ -68,6 +68,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
 
 RV_PLACEHOLDER = b"__RV__"
+KEPT_LISTS = 8
+"""LIST states whose continue tokens stay valid (the oldest go first)."""
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -487,8 +489,10 @@ class ApiServerDouble:
             if end < len(items):
                 continue_ = base64.urlsafe_b64encode(
                     json.dumps({"id": list_id, "start": end}).encode()).decode()
-            else:
-                self._lists.pop(list_id, None)
+            # kube-apiserver's continue tokens hold no server state: a page may be asked
+            # for again until compaction. The double keeps the last few lists' states.
+            while len(self._lists) > KEPT_LISTS:
+                del self._lists[next(iter(self._lists))]
             page = items[start:end]
         meta = msgspec.json.encode({"resourceVersion": str(rv), "continue": continue_})
         body = b'{"kind":"%sList","apiVersion":"%s","metadata":%s,"items":[%s]}' % (
