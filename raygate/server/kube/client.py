@@ -347,13 +347,22 @@ class KubeTransport(Writes):
         response = self._get(path, query, (self.request_timeout, self.request_timeout))
         return self._read(response, what)
 
-    def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> _Stream:
-        query = [
-            ("watch", "true"),
+    def watch(self, served: Served, resource_version: str, timeout_seconds: int, *,
+              initial_events: bool = False) -> _Stream:
+        query = [("watch", "true")]
+        if resource_version:
             # Every change after this version, in order; 410 Gone if it was compacted.
-            ("resourceVersion", resource_version),
+            query.append(("resourceVersion", resource_version))
+        if initial_events:
+            # The streaming list: the state first (not older than resource_version; the
+            # latest without one), as it is sent only with NotOlderThan (validation.go).
+            query += [("sendInitialEvents", "true"),
+                      ("resourceVersionMatch", "NotOlderThan")]
+        query += [
             # BOOKMARKs move the version on while nothing changes, so a resumed watch
-            # rarely starts from a compacted version.
+            # rarely starts from a compacted version; a streaming list's initial events
+            # end at one (sent only to a watch that allows them: cacher.go
+            # setInitialEventsEndBookmarkIfRequested).
             ("allowWatchBookmarks", "true"),
             # The API server ends the watch after this many seconds (cleanly).
             ("timeoutSeconds", str(timeout_seconds)),
