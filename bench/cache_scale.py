@@ -68,15 +68,14 @@ from typing import Any
 
 import msgspec
 
+from bench.cache_scale_list import ListAlone, Way, list_alone
 from bench.cache_scale_load import SERVER_SET, Loaded, load, podgroup
 from bench.cache_scale_raygate import (
     Changes,
-    ListAlone,
     Raygate,
     Started,
     apply_changes,
     changed_pods,
-    list_alone,
     not_ready,
     start_raygate,
 )
@@ -250,13 +249,13 @@ def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster,
           "caches populated at " + ", ".join(f"{k} {v:.1f}s" for k, v in
                                              sorted(scheduler.populated_s.items())), flush=True)
     alone = list_alone(api, WatchSettings().page_size)
-    if alone.items != loaded.nodes + loaded.pods:
-        raise RuntimeError(f"the LIST alone read {alone.items:,} nodes and pods, loaded "
-                           f"{loaded.nodes + loaded.pods:,}: it does not measure the LIST")
-    print(f"the LIST alone: {alone.pages} pages, {alone.mib:,.0f} MiB; waiting for "
-          f"kube-apiserver {alone.server_s:.1f}s, raygate's decode and convert "
-          f"{alone.decode_convert_s:.1f}s; as protobuf {alone.protobuf_mib:,.0f} MiB in "
-          f"{alone.protobuf_server_s:.1f}s", flush=True)
+    for name, way in asdict(alone).items():
+        print(f"the state alone, {name}: {way['requests']} requests, {way['items']:,} objects, "
+              f"{way['mib']:,.0f} MiB; waiting for kube-apiserver {way['server_s']:.1f}s, "
+              f"this side {way['client_s']:.1f}s", flush=True)
+        if name != "pages_protobuf" and way["items"] != loaded.nodes + loaded.pods:
+            raise RuntimeError(f"{name} read {way['items']:,} nodes and pods, loaded "
+                               f"{loaded.nodes + loaded.pods:,}: it does not measure the LIST")
     return Ended(rss_end, max(hwm_end, raygate.peak_sampled_kib), served_kib,
                  {k: {f: v.get(f) for f in ("objects", "events", "relists", "errors")}
                   for k, v in kinds.items()}, alone, scheduler)
@@ -350,13 +349,7 @@ def markdown(r: Result) -> str:
         (f"the same, {r.lone_changes} lone changes ({r.lone_rate_per_s:g}/s)",
          f"p50 {r.lone_p50_ms:.1f} ms, p99 {r.lone_p99_ms:.1f} ms (PATCH alone p50 "
          f"{r.lone_patch_p50_ms:.1f} ms)", ""),
-        ("the same LIST of nodes and pods again, raygate stopped, one page after the other",
-         f"{r.alone.server_s:.1f} s waiting for kube-apiserver's {r.alone.pages:,} pages "
-         f"({r.alone.mib:,.0f} MiB); {r.alone.decode_convert_s:.1f} s in raygate's decode "
-         f"and convert of them", ""),
-        ("the same pages as protobuf (read, not decoded)",
-         f"{r.alone.protobuf_server_s:.1f} s waiting for kube-apiserver "
-         f"({r.alone.protobuf_mib:,.0f} MiB)", ""),
+        *_alone_rows(r.alone),
     ]
     out = [markdown_table(("", "measured", "goal"), rows)]
     v = r.versions
@@ -371,6 +364,27 @@ def markdown(r: Result) -> str:
                f"{r.load_requests_per_s:,.0f} requests/s (etcd db {r.etcd_db_mib:,.0f} MiB "
                f"after); `{r.command}`")
     return "\n".join(out)
+
+
+WAYS = {
+    "pages": "LIST pages, JSON",
+    "pages_gzip": "LIST pages, JSON, `Accept-Encoding: gzip`",
+    "pages_protobuf": "LIST pages, protobuf (read, not decoded)",
+    "stream": "the streaming list (`sendInitialEvents=true`), JSON",
+    "stream_gzip": "the streaming list, JSON, `Accept-Encoding: gzip`",
+}
+
+
+def _alone_rows(alone: ListAlone) -> list[tuple[str, str, str]]:
+    """The same nodes and pods again, raygate stopped, each way one after the other."""
+    rows = []
+    for name, what in WAYS.items():
+        way: Way = getattr(alone, name)
+        rows.append((f"the same nodes and pods again, raygate stopped: {what}",
+                     f"{way.server_s:.1f} s waiting for kube-apiserver ({way.requests:,} "
+                     f"requests, {way.mib:,.0f} MiB on the wire); {way.client_s:.1f} s in "
+                     "raygate's inflate, decode and convert", ""))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """``bench.cache_scale``'s raygate, a process of its own (``raygate serve`` following the
 testbed, its output read line by line, its memory sampled), the pod changes timed from
-the API to raygate's admission status, and raygate's initial LIST taken apart."""
+the API to raygate's admission status."""
 
 from __future__ import annotations
 
@@ -25,14 +25,11 @@ from bench.cache_scale_load import Loaded
 from bench.cluster_json import PODS_PER_RAYCLUSTER, Cluster, PodSpec
 from bench.kubeapi import KubeApi
 from bench.memory import read_memory
-from raygate.server.cache.keys import NODE, POD
-from raygate.server.kube.decode import Decoders, decode_page, next_continue
-from raygate.server.kube.resources import RESOURCES, Resource
 from testbed.cluster import DEPLOY, REPO
 from testbed.processes import free_port
 
-__all__ = ["LISTED_ALONE", "Changes", "ListAlone", "Raygate", "Started", "apply_changes",
-           "changed_pods", "list_alone", "not_ready", "start_raygate"]
+__all__ = ["Changes", "Raygate", "Started", "apply_changes", "changed_pods", "not_ready",
+           "start_raygate"]
 
 Obj = dict[str, Any]
 HOST = "127.0.0.1"
@@ -246,67 +243,4 @@ def apply_changes(api: KubeApi, raygate: Raygate, pods: list[PodSpec], rate: flo
             result.woken_by_other += 1
             version = headers["etag"].strip('"')
     conn.close()
-    return result
-
-
-# --- the initial LIST, taken apart ------------------------------------------------------
-
-
-PROTOBUF = "application/vnd.kubernetes.protobuf"
-"""What client-go's own components (kube-scheduler, the controllers) ask nodes and pods in."""
-
-
-@dataclass
-class ListAlone:
-    """raygate's first LIST of nodes and pods, done again with raygate stopped, one page
-    after the other: the time spent waiting for kube-apiserver's pages, and the time
-    raygate's own code (``raygate.server.kube.decode`` and the views of
-    ``raygate.server.kube.resources``) takes to decode and convert them, one thread.
-    Each page is also asked for as protobuf (read, not decoded: raygate has no decoders
-    of Kubernetes' protobuf types) to show what the API server's side costs in it."""
-
-    pages: int = 0
-    items: int = 0
-    """Nodes and pods listed: the run checks they are all it loaded."""
-    mib: float = 0.0
-    server_s: float = 0.0
-    decode_convert_s: float = 0.0
-    protobuf_mib: float = 0.0
-    protobuf_server_s: float = 0.0
-
-
-LISTED_ALONE: tuple[Resource, ...] = tuple(r for r in RESOURCES if r.kind in (NODE, POD))
-"""Nodes and pods: all but 600 of the objects. Picked by kind, not by place: the kinds
-that make a GPU node (DRA's DeviceClasses and ResourceSlices) are followed first, and
-``RESOURCES[:2]`` became those two empty lists when they were added (2 pages, 0 MiB)."""
-
-
-def list_alone(api: KubeApi, page_size: int) -> ListAlone:
-    """Apart, the two shares of raygate's time to ready that overlap in raygate (it
-    fetches the next page while it converts one): which side of the connection it is."""
-    result = ListAlone()
-    for resource in LISTED_ALONE:
-        served = resource.served(resource.versions[0])
-        decoders, view = Decoders(resource.wire), resource.view
-        token = ""
-        while True:
-            query = f"?limit={page_size}" + (f"&continue={token}" if token else "")
-            started = time.perf_counter()
-            data = api.call("GET", served.path + query)
-            fetched = time.perf_counter()
-            page = decode_page(data, decoders)
-            for item in page.items:
-                view(item)
-            result.items += len(page.items)
-            result.decode_convert_s += time.perf_counter() - fetched
-            result.server_s += fetched - started
-            started = time.perf_counter()  # the same page, as protobuf
-            result.protobuf_mib += len(api.call("GET", served.path + query,
-                                                accept=PROTOBUF)) / 2**20
-            result.protobuf_server_s += time.perf_counter() - started
-            result.pages += 1
-            result.mib += len(data) / 2**20
-            token = next_continue(data)
-            if not token:
-                break
     return result

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gzip
 import json
 import queue
 import re
@@ -79,6 +80,10 @@ KEPT_LISTS = 8
 """LIST states whose continue tokens stay valid (the oldest go first)."""
 CHUNK_BYTES = 256 * 1024
 """The most a watch stream's chunk holds of the events waiting."""
+GZIP_THRESHOLD = 128 * 1024
+GZIP_LEVEL = 1
+"""kube-apiserver compresses replies over 128 KiB (``defaultGzipThresholdBytes``) at level
+1 (``gzipContentEncodingLevel``): k8s.io/apiserver pkg/endpoints/handlers/responsewriters."""
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -722,9 +727,19 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def _reply(self, code: int, body: bytes) -> None:
+    def _gzip(self) -> bool:
+        """The client takes gzip (kube-apiserver's ContentEncodingSupported)."""
+        accepted = self.headers.get("Accept-Encoding") or ""
+        return any(token.strip() == "gzip" for token in accepted.split(","))
+
+    def _reply(self, code: int, body: bytes, *, compressible: bool = False) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        if compressible and len(body) > GZIP_THRESHOLD and self._gzip():
+            # kube-apiserver's deferredResponseWriter: a reply over 128 KiB, at level 1.
+            body = gzip.compress(body, GZIP_LEVEL)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Vary", "Accept-Encoding")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -761,7 +776,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(owner.list_delay)
         code, body = owner._list_page(store.collection, int(query.get("limit", "0") or 0),
                                       query.get("continue", ""), namespace)
-        self._reply(code, body)
+        self._reply(code, body, compressible=True)
 
     def do_POST(self) -> None:
         owner = self.owner
@@ -828,11 +843,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
+        # A streaming list (its bookmark asked for) is compressed when the client takes
+        # it: each flush a gzip member of its own (watch.go, perFlushGzipWriter).
+        compressed = initial is True and watch.bookmarks and self._gzip()
+        if compressed:
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Vary", "Accept-Encoding")
         self.end_headers()
         self.wfile.flush()
         watch.sock = self.connection
         try:
-            for chunk in self._chunks(watch, deadline):
+            for data in self._chunks(watch, deadline):
+                chunk = gzip.compress(data, GZIP_LEVEL) if compressed else data
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
         except OSError:

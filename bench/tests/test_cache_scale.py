@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from bench import cache_scale, cache_scale_load
+from bench.cache_scale_list import Way
 from bench.cache_scale_scheduler import SchedulerSynced
 from bench.cluster_json import PODS_PER_RAYCLUSTER, Cluster, build_cluster
 
@@ -66,9 +67,8 @@ def _result(**changes: object) -> cache_scale.Result:
         change_p50_ms=40.0, change_p99_ms=60.0, change_max_ms=70.0, patch_p50_ms=5.0,
         patch_p99_ms=9.0, lone_changes=100, lone_rate_per_s=4.0, lone_p50_ms=8.0,
         lone_p99_ms=12.0, lone_patch_p50_ms=6.0, pod_json_kib_served=11.0,
-        alone=cache_scale.ListAlone(pages=301, mib=1400.0, server_s=30.0,
-                                    decode_convert_s=9.0, protobuf_mib=500.0,
-                                    protobuf_server_s=6.0),
+        alone=cache_scale.ListAlone(pages=Way(301, 155000, 1400.0, 30.0, 9.0),
+                                    stream=Way(2, 155000, 1400.0, 25.0, 9.0)),
         scheduler=SchedulerSynced(ready_s=13.0, populated_s={"Pod": 12.5, "Node": 1.0}),
         ready_ratio=12.0 / 13.0,
         woken_by_other=0, etcd_db_mib=3000.0,

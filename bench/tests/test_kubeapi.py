@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.cache_scale_raygate import list_alone
+from bench.cache_scale_list import list_alone
 from bench.cluster_json import TOKEN, ClusterDouble, build_cluster
 from bench.kubeapi import ApiError, KubeApi
 
@@ -57,6 +57,8 @@ def test_the_list_alone_reads_every_node_and_pod(served: ClusterDouble, api: Kub
     """``bench.cache_scale``'s LIST taken apart lists the nodes and the pods, whatever
     the order of raygate's kinds (it once listed the first two, DRA's, empty)."""
     alone = list_alone(api, page_size=50)
-    assert alone.items == 20 + 300
-    assert alone.pages == 1 + 6
-    assert alone.mib > 300 * 1000 / 2**20
+    for way in (alone.pages, alone.pages_gzip, alone.stream, alone.stream_gzip):
+        assert way.items == 20 + 300
+    assert alone.pages.requests == alone.pages_protobuf.requests == 1 + 6
+    assert alone.stream.requests == 2
+    assert alone.pages.mib > 300 * 1000 / 2**20
