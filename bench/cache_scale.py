@@ -155,6 +155,9 @@ class Result:
     lone_patch_p50_ms: float
     alone: ListAlone
     scheduler: SchedulerSynced
+    baseline: Started | None
+    """raygate of ``--baseline``'s checkout, started and stopped first on the same API
+    server: the before of a before/after."""
     ready_ratio: float
     """raygate's start to ready over kube-scheduler's, on the same API server."""
     pod_json_kib_served: float
@@ -283,27 +286,47 @@ def _result(loaded: Loaded, started: Started, changes: Changes, lone: Changes,
         lone_changes=len(lone.seconds_to_admission), lone_rate_per_s=LONE_RATE,
         lone_p50_ms=lone_ms[0], lone_p99_ms=lone_ms[1],
         lone_patch_p50_ms=_ms(lone.patch_round_trip)[0], alone=ended.alone,
-        scheduler=ended.scheduler, ready_ratio=started.ready_s / ended.scheduler.ready_s,
+        scheduler=ended.scheduler, baseline=None,
+        ready_ratio=started.ready_s / ended.scheduler.ready_s,
         pod_json_kib_served=ended.served_kib,
         woken_by_other=changes.woken_by_other + lone.woken_by_other,
         etcd_db_mib=_etcd_db_mib(workdir), kinds=ended.kinds, versions=versions(),
         command=command)
 
 
+def _baseline(testbed: Testbed, workdir: Path, loaded: Loaded, source: Path | None,
+              ) -> Started | None:
+    """raygate of another checkout to ready, then stopped (its start is checked as this
+    one's is)."""
+    if source is None:
+        return None
+    baseline = Raygate(testbed.admin_kubeconfig, workdir, source, "raygate-baseline")
+    try:
+        print(f"baseline: raygate of {source}", flush=True)
+        return start_raygate(baseline, loaded)
+    finally:
+        code = baseline.stop()
+        if code != 0:
+            raise RuntimeError(f"the baseline raygate exited with {code}:\n{baseline.tail()}")
+
+
 def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
-        keep: bool = False) -> Result:
+        keep: bool = False, baseline: Path | None = None) -> Result:
     cluster = build_cluster(n_nodes, n_pods)
     workdir = Path(tempfile.mkdtemp(prefix="raygate-cache-scale-"))
     testbed = Testbed(workdir, control_plane_only=True, etcd_quota_bytes=ETCD_QUOTA_BYTES)
     raygate: Raygate | None = None
     try:
         api, loaded = _start_testbed(testbed, workdir, cluster)
+        before = _baseline(testbed, workdir, loaded, baseline)
         raygate = Raygate(testbed.admin_kubeconfig, workdir)
         started = start_raygate(raygate, loaded)
         changes, lone = _changes(api, raygate, cluster, n_changes, rate)
         ended = _end(api, raygate, testbed, cluster, loaded)
-        return _result(loaded, started, changes, lone, ended, rate=rate, workdir=workdir,
-                       command=command)
+        result = _result(loaded, started, changes, lone, ended, rate=rate, workdir=workdir,
+                         command=command)
+        result.baseline = before
+        return result
     finally:
         if raygate is not None:
             raygate.stop()
@@ -335,6 +358,7 @@ def markdown(r: Result) -> str:
          "the same API server", f"{r.scheduler.ready_s:.1f} s (caches populated: "
          + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r.scheduler.populated_s.items())
                      if k in ("Node", "Pod")) + ")", ""),
+        *_baseline_rows(r),
         ("raygate's ready ÷ kube-scheduler's", f"{r.ready_ratio:.2f}",
          f"≤ {GOALS['ready_ratio']:g}: {verdict(r.ready_ratio <= GOALS['ready_ratio'])}"),
         ("resident memory when ready", f"{r.rss_ready_mib:,.0f} MiB (peak {peak:,.0f} MiB; "
@@ -364,6 +388,16 @@ def markdown(r: Result) -> str:
                f"{r.load_requests_per_s:,.0f} requests/s (etcd db {r.etcd_db_mib:,.0f} MiB "
                f"after); `{r.command}`")
     return "\n".join(out)
+
+
+def _baseline_rows(r: Result) -> list[tuple[str, str, str]]:
+    b = r.baseline
+    if b is None:
+        return []
+    return [("the baseline raygate (`--baseline`), first on the same API server: start → "
+             "`/readyz` 200", f"{b.ready_s:.1f} s, {b.rss_kib / 1024:,.0f} MiB when ready "
+             f"(peak {b.hwm_kib / 1024:,.0f} MiB); its ready ÷ kube-scheduler's "
+             f"{b.ready_s / r.scheduler.ready_s:.2f}", "")]
 
 
 WAYS = {
@@ -397,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true",
                         help="CI size: 500 nodes, 5,000 pods, 200 changes")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    parser.add_argument("--baseline", metavar="DIR", type=Path,
+                        help="first start raygate from this checkout (another commit's, "
+                             "git archive'd), to ready, on the same loaded API server")
     parser.add_argument("--keep", action="store_true",
                         help="keep the testbed's directory (logs, etcd data)")
     args = parser.parse_args(argv)
@@ -406,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv)
     try:
         result = run(args.nodes, args.pods, args.changes, args.rate, command=command.strip(),
-                     keep=args.keep)
+                     keep=args.keep, baseline=args.baseline)
     except (TestbedError, RuntimeError, ApiError, ValueError) as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1

@@ -40,7 +40,8 @@ READY_TIMEOUT_S = 600.0
 class Raygate:
     """``raygate serve`` following the testbed, its output read line by line."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, source: Path = REPO,
+                 name: str = "raygate") -> None:
         configmap = yaml.safe_load((DEPLOY / "base" / "configmap.yaml").read_text())
         config = workdir / "raygate.yaml"
         config.write_text(configmap["data"]["raygate.yaml"])
@@ -51,7 +52,9 @@ class Raygate:
             f"--grpc-addr={HOST}:{free_port()}", "--authz=off", "--log-format=text",
             "--shutdown-delay-seconds=0",
         ]
-        self.log = workdir / "raygate.log"
+        self.source = source
+        """The checkout whose raygate runs (another commit's, for a before/after)."""
+        self.log = workdir / f"{name}.log"
         self.lines: list[tuple[float, str]] = []
         self.started = 0.0
         self.synced_at: float | None = None
@@ -63,7 +66,7 @@ class Raygate:
         self.started = time.monotonic()
         self.process = subprocess.Popen(
             self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+            env={**os.environ, "PYTHONPATH": str(self.source)}, cwd=self.source)
         threading.Thread(target=self._read, name="raygate-log", daemon=True).start()
         threading.Thread(target=self._sample, name="raygate-rss", daemon=True).start()
 
