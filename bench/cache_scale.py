@@ -155,9 +155,9 @@ class Result:
     lone_patch_p50_ms: float
     alone: ListAlone
     scheduler: SchedulerSynced
-    baseline: Started | None
-    """raygate of ``--baseline``'s checkout, started and stopped first on the same API
-    server: the before of a before/after."""
+    baselines: dict[str, Started]
+    """raygate of each ``--baseline`` checkout (by its path), started and stopped first on
+    the same API server: the before of a before/after, or another way of this one's."""
     ready_ratio: float
     """raygate's start to ready over kube-scheduler's, on the same API server."""
     pod_json_kib_served: float
@@ -286,7 +286,7 @@ def _result(loaded: Loaded, started: Started, changes: Changes, lone: Changes,
         lone_changes=len(lone.seconds_to_admission), lone_rate_per_s=LONE_RATE,
         lone_p50_ms=lone_ms[0], lone_p99_ms=lone_ms[1],
         lone_patch_p50_ms=_ms(lone.patch_round_trip)[0], alone=ended.alone,
-        scheduler=ended.scheduler, baseline=None,
+        scheduler=ended.scheduler, baselines={},
         ready_ratio=started.ready_s / ended.scheduler.ready_s,
         pod_json_kib_served=ended.served_kib,
         woken_by_other=changes.woken_by_other + lone.woken_by_other,
@@ -294,13 +294,11 @@ def _result(loaded: Loaded, started: Started, changes: Changes, lone: Changes,
         command=command)
 
 
-def _baseline(testbed: Testbed, workdir: Path, loaded: Loaded, source: Path | None,
-              ) -> Started | None:
+def _baseline(testbed: Testbed, workdir: Path, loaded: Loaded, source: Path, n: int,
+              ) -> Started:
     """raygate of another checkout to ready, then stopped (its start is checked as this
     one's is)."""
-    if source is None:
-        return None
-    baseline = Raygate(testbed.admin_kubeconfig, workdir, source, "raygate-baseline")
+    baseline = Raygate(testbed.admin_kubeconfig, workdir, source, f"raygate-baseline-{n}")
     try:
         print(f"baseline: raygate of {source}", flush=True)
         return start_raygate(baseline, loaded)
@@ -311,21 +309,22 @@ def _baseline(testbed: Testbed, workdir: Path, loaded: Loaded, source: Path | No
 
 
 def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
-        keep: bool = False, baseline: Path | None = None) -> Result:
+        keep: bool = False, baselines: list[Path] | None = None) -> Result:
     cluster = build_cluster(n_nodes, n_pods)
     workdir = Path(tempfile.mkdtemp(prefix="raygate-cache-scale-"))
     testbed = Testbed(workdir, control_plane_only=True, etcd_quota_bytes=ETCD_QUOTA_BYTES)
     raygate: Raygate | None = None
     try:
         api, loaded = _start_testbed(testbed, workdir, cluster)
-        before = _baseline(testbed, workdir, loaded, baseline)
+        before = {str(source): _baseline(testbed, workdir, loaded, source, n)
+                  for n, source in enumerate(baselines or ())}
         raygate = Raygate(testbed.admin_kubeconfig, workdir)
         started = start_raygate(raygate, loaded)
         changes, lone = _changes(api, raygate, cluster, n_changes, rate)
         ended = _end(api, raygate, testbed, cluster, loaded)
         result = _result(loaded, started, changes, lone, ended, rate=rate, workdir=workdir,
                          command=command)
-        result.baseline = before
+        result.baselines = before
         return result
     finally:
         if raygate is not None:
@@ -391,13 +390,10 @@ def markdown(r: Result) -> str:
 
 
 def _baseline_rows(r: Result) -> list[tuple[str, str, str]]:
-    b = r.baseline
-    if b is None:
-        return []
-    return [("the baseline raygate (`--baseline`), first on the same API server: start → "
+    return [(f"raygate of `--baseline {source}`, first on the same API server: start → "
              "`/readyz` 200", f"{b.ready_s:.1f} s, {b.rss_kib / 1024:,.0f} MiB when ready "
              f"(peak {b.hwm_kib / 1024:,.0f} MiB); its ready ÷ kube-scheduler's "
-             f"{b.ready_s / r.scheduler.ready_s:.2f}", "")]
+             f"{b.ready_s / r.scheduler.ready_s:.2f}", "") for source, b in r.baselines.items()]
 
 
 WAYS = {
@@ -431,9 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true",
                         help="CI size: 500 nodes, 5,000 pods, 200 changes")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
-    parser.add_argument("--baseline", metavar="DIR", type=Path,
+    parser.add_argument("--baseline", metavar="DIR", type=Path, action="append",
                         help="first start raygate from this checkout (another commit's, "
-                             "git archive'd), to ready, on the same loaded API server")
+                             "git archive'd), to ready, on the same loaded API server; "
+                             "may be given more than once")
     parser.add_argument("--keep", action="store_true",
                         help="keep the testbed's directory (logs, etcd data)")
     args = parser.parse_args(argv)
@@ -443,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv)
     try:
         result = run(args.nodes, args.pods, args.changes, args.rate, command=command.strip(),
-                     keep=args.keep, baseline=args.baseline)
+                     keep=args.keep, baselines=args.baseline)
     except (TestbedError, RuntimeError, ApiError, ValueError) as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1

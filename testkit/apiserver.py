@@ -195,6 +195,8 @@ class ApiServerDouble:
         """Seconds to wait before each LIST reply: a slow API server."""
         self.bookmark_on_timeout = True
         self.watch_list = True
+        self.compressed = 0
+        """Replies and streams sent gzip-compressed."""
         """Serve the streaming list (kube-apiserver's WatchList gate); False refuses it."""
         self.initial_events_end = True
         """False: a streaming list's state is sent, but not the bookmark that ends it
@@ -738,6 +740,7 @@ class _Handler(BaseHTTPRequestHandler):
         if compressible and len(body) > GZIP_THRESHOLD and self._gzip():
             # kube-apiserver's deferredResponseWriter: a reply over 128 KiB, at level 1.
             body = gzip.compress(body, GZIP_LEVEL)
+            self.owner.compressed += 1
             self.send_header("Content-Encoding", "gzip")
             self.send_header("Vary", "Accept-Encoding")
         self.send_header("Content-Length", str(len(body)))
@@ -847,6 +850,7 @@ class _Handler(BaseHTTPRequestHandler):
         # it: each flush a gzip member of its own (watch.go, perFlushGzipWriter).
         compressed = initial is True and watch.bookmarks and self._gzip()
         if compressed:
+            owner.compressed += 1
             self.send_header("Content-Encoding", "gzip")
             self.send_header("Vary", "Accept-Encoding")
         self.end_headers()

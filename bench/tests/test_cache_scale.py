@@ -70,7 +70,7 @@ def _result(**changes: object) -> cache_scale.Result:
         alone=cache_scale.ListAlone(pages=Way(301, 155000, 1400.0, 30.0, 9.0),
                                     stream=Way(2, 155000, 1400.0, 25.0, 9.0)),
         scheduler=SchedulerSynced(ready_s=13.0, populated_s={"Pod": 12.5, "Node": 1.0}),
-        baseline=None, ready_ratio=12.0 / 13.0,
+        baselines={}, ready_ratio=12.0 / 13.0,
         woken_by_other=0, etcd_db_mib=3000.0,
         kinds={"Pod": {"events": 1000, "relists": 0, "errors": 0}},
         versions={"kubernetes": "v1.37.2", "etcd": "v3.7.3", "raygate": "0.1.0",

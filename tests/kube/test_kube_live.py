@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,11 @@ raygate follows its kinds: what makes a GPU node first, the claims last)."""
 GANGS = "PodGroup.scheduling.k8s.io"  # Kubernetes' own gangs: not served by default
 
 FAST = WatchSettings(page_size=2, rediscover_seconds=0.05, request_timeout=10.0,
-                     backoff=BackoffPolicy(initial=0.01, maximum=0.05), freeze_gc=False)
+                     backoff=BackoffPolicy(initial=0.01, maximum=0.05), freeze_gc=False,
+                     stream_list=True)
+"""The streaming list where the double serves it (it does unless told not to)."""
+PAGES = replace(FAST, stream_list=False)
+"""LIST pages only, raygate's default."""
 
 
 class Live:
@@ -175,10 +180,14 @@ def gpu_refused(server: ServerThread, pod: Obj) -> bool:
     return "gpu-1" in body["FailedAndUnresolvableNodes"]
 
 
-@pytest.mark.parametrize("watch_list", [True, False], ids=["streamed", "in-pages"])
-def test_initial_sync_then_readyz_reports_each_kind(live: Live, watch_list: bool) -> None:
-    """By the streaming list where the API server serves it, else by LIST pages."""
+@pytest.mark.parametrize(("stream_list", "watch_list"), [(True, True), (True, False),
+                                                        (False, True)],
+                         ids=["streamed", "refused-so-in-pages", "in-pages"])
+def test_initial_sync_then_readyz_reports_each_kind(live: Live, stream_list: bool,
+                                                    watch_list: bool) -> None:
+    """By the streaming list where asked for and served, else by LIST pages."""
     populate(live.double)
+    live.settings = FAST if stream_list else PAGES
     live.double.watch_list = watch_list
     live.double.list_delay = 0.02  # a slow API server: every page waits
     server = ServerThread(live.cache, FakeClock())
@@ -208,11 +217,12 @@ def test_initial_sync_then_readyz_reports_each_kind(live: Live, watch_list: bool
     streamed = [q for q in asked if q.get("sendInitialEvents") == "true"]
     # The streaming list is asked for once; refused, LIST pages of 2: the 4 pods took a
     # first request and a continue. Served, its stream goes on as the watch.
-    assert len(streamed) == 1
-    assert streamed[0]["resourceVersionMatch"] == "NotOlderThan"
-    assert "resourceVersion" not in streamed[0]
-    assert sum(1 for q in asked if q.get("watch") != "true") == (0 if watch_list else 2)
-    assert live.double.watch_requests(PODS) == (1 if watch_list else 2)
+    streaming = stream_list and watch_list
+    assert len(streamed) == (1 if stream_list else 0)
+    assert all(q["resourceVersionMatch"] == "NotOlderThan" and "resourceVersion" not in q
+               for q in streamed)
+    assert sum(1 for q in asked if q.get("watch") != "true") == (0 if streaming else 2)
+    assert live.double.watch_requests(PODS) == 2 - streaming - (not stream_list)
     assert live.converged()
 
 
@@ -543,3 +553,22 @@ def test_the_double_writes_the_initial_events_end_bookmark_as_kube_apiserver() -
         b'{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":"","systemUUID":"",'
         b'"bootID":"","kernelVersion":"","osImage":"","containerRuntimeVersion":"",'
         b'"kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}}')
+
+
+@pytest.mark.parametrize("stream_list", [True, False], ids=["streamed", "in-pages"])
+def test_compressed_replies_are_inflated(tmp_path: Path, stream_list: bool) -> None:
+    """gzip asked for: the double compresses as kube-apiserver does (LIST replies over
+    128 KiB; a streaming list each flush a member of its own) and the cache is the same."""
+    live = Live(tmp_path, replace(FAST, page_size=500, compression=True,
+                                  stream_list=stream_list))
+    try:
+        populate(live.double)
+        for i in range(250):  # ~0.7 KiB each: a LIST page over 128 KiB
+            live.double.create(worker(f"rc-workers-{i}", "cpu-1"))
+        live.start()
+        assert live.double.compressed >= 1
+        live.double.create(worker("rc-workers-late", "cpu-2"))
+        live.wait_converged()
+        assert live.cache.snapshot.counts()["pods"] == 4 + 251
+    finally:
+        live.stop()

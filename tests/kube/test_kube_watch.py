@@ -145,7 +145,7 @@ class Run:
 
 LISTS = WatchSettings(freeze_gc=False, stream_list=False)
 """LIST pages, as an API server that does not serve the streaming list is listed."""
-STREAMS = WatchSettings(freeze_gc=False, page_size=2)
+STREAMS = WatchSettings(freeze_gc=False, page_size=2, stream_list=True)
 
 
 def driver(resource: Resource = PODS, settings: WatchSettings | None = None) -> Run:

@@ -115,13 +115,20 @@ class WatchSettings:
     RayClusters on the server's event loop) runs at most 20 times a second. A lone event
     after a quiet spell is published at once. Default 50 ms: a change reaches filter
     decisions well within one kube-scheduler cycle."""
-    stream_list: bool = True
+    stream_list: bool = False
     """Take a kind's state by the streaming list (KEP-3157: a WATCH with
-    ``sendInitialEvents=true``) where the API server serves it, rather than by LIST pages:
-    kube-apiserver 1.37 serves it by default (its WatchList gate, beta and on since 1.34:
-    k8s.io/apiserver pkg/features/kube_features.go), from its watch cache, as one stream
-    that goes on as the watch. One that refuses it (422 with the gate off) or ends the
-    stream before the bookmark that closes the initial events is listed in pages."""
+    ``sendInitialEvents=true``) where the API server serves it, rather than by LIST pages
+    (kube-apiserver 1.37 serves it by default: its WatchList gate, beta and on since 1.34,
+    k8s.io/apiserver pkg/features/kube_features.go); one that refuses it (422 with the
+    gate off) or never marks the end of the initial events is listed in pages. Off by
+    default: in JSON, what raygate decodes, 1.37 spends 2-3x the CPU on a streaming list
+    that it spends on the same objects' LIST pages (it deep-copies each object out of its
+    watch cache, encodes it, then encodes the event around it again), and the API
+    server's CPU is what a sync waits for (docs/benchmarks.md)."""
+    compression: bool = False
+    """Ask for gzip (``Accept-Encoding``) on LIST pages and streaming lists. kube-apiserver
+    compresses at level 1 what exceeds 128 KiB; over loopback that is CPU spent on both
+    sides of a connection that needed none (docs/benchmarks.md measures it)."""
     min_watch_seconds: float = 1.0
     """A watch that ends with no event sooner than this counts as a failure (backs off),
     so an API server that closes watches at once is not hammered."""
