@@ -122,9 +122,10 @@ class WatchSettings:
     k8s.io/apiserver pkg/features/kube_features.go); one that refuses it (422 with the
     gate off) or never marks the end of the initial events is listed in pages. Off by
     default: in JSON, what raygate decodes, 1.37 spends 2-3x the CPU on a streaming list
-    that it spends on the same objects' LIST pages (it deep-copies each object out of its
-    watch cache, encodes it, then encodes the event around it again), and the API
-    server's CPU is what a sync waits for (docs/benchmarks.md)."""
+    that it spends on the same objects' LIST pages (it copies each object out of its
+    watch cache, cache_watcher.go ``getMutableObject``, encodes it, then encodes the
+    event around it again, handlers/response.go ``doEncode``), and the API server's CPU
+    is what a sync waits for (docs/benchmarks.md)."""
     compression: bool = False
     """Ask for gzip (``Accept-Encoding``) on LIST pages and streaming lists. kube-apiserver
     compresses at level 1 what exceeds 128 KiB; over loopback that is CPU spent on both

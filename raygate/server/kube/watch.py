@@ -2,12 +2,12 @@
 
 It follows kube-apiserver's protocol as client-go's reflector does:
 
-1. The kind's state by the streaming list (``raygate.server.kube.initial``: a WATCH that
-   sends the state as ADDED events, ended by a bookmark at its resourceVersion) where
-   the API server serves it; else LIST in pages (``limit`` + ``continue``), every page
-   carrying the resourceVersion of the one consistent state the pages add up to. Either
-   way the kind's objects in the cache are replaced by the state's in one step: readers
-   never see half a list.
+1. LIST in pages (``limit`` + ``continue``), every page carrying the resourceVersion of
+   the one consistent state the pages add up to; or, with ``WatchSettings.stream_list``
+   and where the API server serves it, the streaming list (``raygate.server.kube.
+   initial``: a WATCH that sends the state as ADDED events, ended by a bookmark at its
+   resourceVersion). Either way the kind's objects in the cache are replaced by the
+   state's in one step: readers never see half a list.
 2. WATCH from that version with bookmarks (the streaming list's own stream goes on as
    the watch): each change after it, in order.
 3. A stream that ends — the server's timeout, a dropped connection, a read timeout on a
