@@ -303,9 +303,11 @@ def _baseline(testbed: Testbed, workdir: Path, loaded: Loaded, source: Path, n: 
         print(f"baseline: raygate of {source}", flush=True)
         return start_raygate(baseline, loaded)
     finally:
+        # Not this run's raygate: how it exits is reported, not checked (one of the
+        # commit before this bench's exited with SIGABRT at a SIGTERM just after ready).
         code = baseline.stop()
         if code != 0:
-            raise RuntimeError(f"the baseline raygate exited with {code}:\n{baseline.tail()}")
+            print(f"baseline: raygate of {source} exited with {code}", flush=True)
 
 
 def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
