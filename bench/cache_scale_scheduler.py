@@ -92,7 +92,9 @@ class SchedulerSync(KubeScheduler):
             return {}
         start = datetime.fromtimestamp(self.launched_wall)
         out: dict[str, float] = {}
-        for line in process.log.read_text(errors="replace").splitlines():
+        text = process.log.read_text(errors="replace")
+        # The log is appended to: this start's lines follow its last "--- start" line.
+        for line in text[text.rfind("--- start"):].splitlines():
             found = POPULATED.match(line)
             if found is None or found.group(3) in out:
                 continue
