@@ -68,18 +68,18 @@ from typing import Any
 
 import msgspec
 
+from bench.cache_scale_list import ListAlone, Way, list_alone
 from bench.cache_scale_load import SERVER_SET, Loaded, load, podgroup
 from bench.cache_scale_raygate import (
     Changes,
-    ListAlone,
     Raygate,
     Started,
     apply_changes,
     changed_pods,
-    list_alone,
     not_ready,
     start_raygate,
 )
+from bench.cache_scale_scheduler import SchedulerSynced, scheduler_sync
 from bench.cluster_json import Cluster, build_cluster
 from bench.kubeapi import ApiError, KubeApi
 from bench.reporter import markdown_table, write_json
@@ -154,6 +154,12 @@ class Result:
     lone_p99_ms: float
     lone_patch_p50_ms: float
     alone: ListAlone
+    scheduler: SchedulerSynced
+    baselines: dict[str, Started]
+    """raygate of each ``--baseline`` checkout (by its path), started and stopped first on
+    the same API server: the before of a before/after, or another way of this one's."""
+    ready_ratio: float
+    """raygate's start to ready over kube-scheduler's, on the same API server."""
     pod_json_kib_served: float
     woken_by_other: int
     etcd_db_mib: float
@@ -190,6 +196,7 @@ class Ended:
     served_kib: float
     kinds: dict[str, Any]
     alone: ListAlone
+    scheduler: SchedulerSynced
 
 
 def _start_testbed(testbed: Testbed, workdir: Path, cluster: Cluster) -> tuple[KubeApi, Loaded]:
@@ -223,7 +230,8 @@ def _changes(api: KubeApi, raygate: Raygate, cluster: Cluster, n_changes: int,
     return changes, lone
 
 
-def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster) -> Ended:
+def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster,
+         loaded: Loaded) -> Ended:
     """raygate's last numbers; stop it, check it and the testbed, then the LIST alone."""
     rss_end, hwm_end = raygate.memory_kib()
     served_kib = served_pod_kib(api, cluster)
@@ -239,14 +247,21 @@ def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster) -> 
         raise RuntimeError(f"raygate exited with {code}:\n{raygate.tail()}")
     if problems := raygate.problems():
         raise RuntimeError("raygate logged errors:\n  " + "\n  ".join(problems[:10]))
+    scheduler = scheduler_sync(testbed)
+    print(f"kube-scheduler: ready (informers and handlers synced) in {scheduler.ready_s:.2f}s; "
+          "caches populated at " + ", ".join(f"{k} {v:.1f}s" for k, v in
+                                             sorted(scheduler.populated_s.items())), flush=True)
     alone = list_alone(api, WatchSettings().page_size)
-    print(f"the LIST alone: {alone.pages} pages, {alone.mib:,.0f} MiB; waiting for "
-          f"kube-apiserver {alone.server_s:.1f}s, raygate's decode and convert "
-          f"{alone.decode_convert_s:.1f}s; as protobuf {alone.protobuf_mib:,.0f} MiB in "
-          f"{alone.protobuf_server_s:.1f}s", flush=True)
+    for name, way in asdict(alone).items():
+        print(f"the state alone, {name}: {way['requests']} requests, {way['items']:,} objects, "
+              f"{way['mib']:,.0f} MiB; waiting for kube-apiserver {way['server_s']:.1f}s, "
+              f"this side {way['client_s']:.1f}s", flush=True)
+        if name != "pages_protobuf" and way["items"] != loaded.nodes + loaded.pods:
+            raise RuntimeError(f"{name} read {way['items']:,} nodes and pods, loaded "
+                               f"{loaded.nodes + loaded.pods:,}: it does not measure the LIST")
     return Ended(rss_end, max(hwm_end, raygate.peak_sampled_kib), served_kib,
                  {k: {f: v.get(f) for f in ("objects", "events", "relists", "errors")}
-                  for k, v in kinds.items()}, alone)
+                  for k, v in kinds.items()}, alone, scheduler)
 
 
 def _ms(seconds: list[float]) -> tuple[float, float]:
@@ -271,26 +286,48 @@ def _result(loaded: Loaded, started: Started, changes: Changes, lone: Changes,
         lone_changes=len(lone.seconds_to_admission), lone_rate_per_s=LONE_RATE,
         lone_p50_ms=lone_ms[0], lone_p99_ms=lone_ms[1],
         lone_patch_p50_ms=_ms(lone.patch_round_trip)[0], alone=ended.alone,
+        scheduler=ended.scheduler, baselines={},
+        ready_ratio=started.ready_s / ended.scheduler.ready_s,
         pod_json_kib_served=ended.served_kib,
         woken_by_other=changes.woken_by_other + lone.woken_by_other,
         etcd_db_mib=_etcd_db_mib(workdir), kinds=ended.kinds, versions=versions(),
         command=command)
 
 
+def _baseline(testbed: Testbed, workdir: Path, loaded: Loaded, source: Path, n: int,
+              ) -> Started:
+    """raygate of another checkout to ready, then stopped (its start is checked as this
+    one's is)."""
+    baseline = Raygate(testbed.admin_kubeconfig, workdir, source, f"raygate-baseline-{n}")
+    try:
+        print(f"baseline: raygate of {source}", flush=True)
+        return start_raygate(baseline, loaded)
+    finally:
+        # Not this run's raygate: how it exits is reported, not checked (one of the
+        # commit before this bench's exited with SIGABRT at a SIGTERM just after ready).
+        code = baseline.stop()
+        if code != 0:
+            print(f"baseline: raygate of {source} exited with {code}", flush=True)
+
+
 def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
-        keep: bool = False) -> Result:
+        keep: bool = False, baselines: list[Path] | None = None) -> Result:
     cluster = build_cluster(n_nodes, n_pods)
     workdir = Path(tempfile.mkdtemp(prefix="raygate-cache-scale-"))
     testbed = Testbed(workdir, control_plane_only=True, etcd_quota_bytes=ETCD_QUOTA_BYTES)
     raygate: Raygate | None = None
     try:
         api, loaded = _start_testbed(testbed, workdir, cluster)
+        before = {str(source): _baseline(testbed, workdir, loaded, source, n)
+                  for n, source in enumerate(baselines or ())}
         raygate = Raygate(testbed.admin_kubeconfig, workdir)
         started = start_raygate(raygate, loaded)
         changes, lone = _changes(api, raygate, cluster, n_changes, rate)
-        ended = _end(api, raygate, testbed, cluster)
-        return _result(loaded, started, changes, lone, ended, rate=rate, workdir=workdir,
-                       command=command)
+        ended = _end(api, raygate, testbed, cluster, loaded)
+        result = _result(loaded, started, changes, lone, ended, rate=rate, workdir=workdir,
+                         command=command)
+        result.baselines = before
+        return result
     finally:
         if raygate is not None:
             raygate.stop()
@@ -301,7 +338,7 @@ def run(n_nodes: int, n_pods: int, n_changes: int, rate: float, *, command: str,
             subprocess.run(["rm", "-rf", str(workdir)], check=False)
 
 
-GOALS = {"ready": 15.0, "rss": 1024.0, "change_p99": 100.0}
+GOALS = {"ready": 15.0, "ready_ratio": 1.0, "rss": 1024.0, "change_p99": 100.0}
 
 
 def markdown(r: Result) -> str:
@@ -318,6 +355,13 @@ def markdown(r: Result) -> str:
         ("process start → `/readyz` 200 (every kind listed, cache published)",
          f"{r.ready_s:.1f} s (`cache synced` logged at {r.synced_log_s:.1f} s)",
          f"< {GOALS['ready']:g} s: {verdict(r.ready_s < GOALS['ready'])}"),
+        ("kube-scheduler's start → `/readyz` 200 (its informers and handlers synced), "
+         "the same API server", f"{r.scheduler.ready_s:.1f} s (caches populated: "
+         + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r.scheduler.populated_s.items())
+                     if k in ("Node", "Pod")) + ")", ""),
+        *_baseline_rows(r),
+        ("raygate's ready ÷ kube-scheduler's", f"{r.ready_ratio:.2f}",
+         f"≤ {GOALS['ready_ratio']:g}: {verdict(r.ready_ratio <= GOALS['ready_ratio'])}"),
         ("resident memory when ready", f"{r.rss_ready_mib:,.0f} MiB (peak {peak:,.0f} MiB; "
                                        f"{r.rss_end_mib:,.0f} MiB after the changes)",
          f"< 1 GiB: {verdict(peak < GOALS['rss'])}"),
@@ -330,13 +374,7 @@ def markdown(r: Result) -> str:
         (f"the same, {r.lone_changes} lone changes ({r.lone_rate_per_s:g}/s)",
          f"p50 {r.lone_p50_ms:.1f} ms, p99 {r.lone_p99_ms:.1f} ms (PATCH alone p50 "
          f"{r.lone_patch_p50_ms:.1f} ms)", ""),
-        ("the same LIST of nodes and pods again, raygate stopped, one page after the other",
-         f"{r.alone.server_s:.1f} s waiting for kube-apiserver's {r.alone.pages:,} pages "
-         f"({r.alone.mib:,.0f} MiB); {r.alone.decode_convert_s:.1f} s in raygate's decode "
-         f"and convert of them", ""),
-        ("the same pages as protobuf (read, not decoded)",
-         f"{r.alone.protobuf_server_s:.1f} s waiting for kube-apiserver "
-         f"({r.alone.protobuf_mib:,.0f} MiB)", ""),
+        *_alone_rows(r.alone),
     ]
     out = [markdown_table(("", "measured", "goal"), rows)]
     v = r.versions
@@ -353,6 +391,34 @@ def markdown(r: Result) -> str:
     return "\n".join(out)
 
 
+def _baseline_rows(r: Result) -> list[tuple[str, str, str]]:
+    return [(f"raygate of `--baseline {source}`, first on the same API server: start → "
+             "`/readyz` 200", f"{b.ready_s:.1f} s, {b.rss_kib / 1024:,.0f} MiB when ready "
+             f"(peak {b.hwm_kib / 1024:,.0f} MiB); its ready ÷ kube-scheduler's "
+             f"{b.ready_s / r.scheduler.ready_s:.2f}", "") for source, b in r.baselines.items()]
+
+
+WAYS = {
+    "pages": "LIST pages, JSON",
+    "pages_gzip": "LIST pages, JSON, `Accept-Encoding: gzip`",
+    "pages_protobuf": "LIST pages, protobuf (read, not decoded)",
+    "stream": "the streaming list (`sendInitialEvents=true`), JSON",
+    "stream_gzip": "the streaming list, JSON, `Accept-Encoding: gzip`",
+}
+
+
+def _alone_rows(alone: ListAlone) -> list[tuple[str, str, str]]:
+    """The same nodes and pods again, raygate stopped, each way one after the other."""
+    rows = []
+    for name, what in WAYS.items():
+        way: Way = getattr(alone, name)
+        rows.append((f"the same nodes and pods again, raygate stopped: {what}",
+                     f"{way.server_s:.1f} s waiting for kube-apiserver ({way.requests:,} "
+                     f"requests, {way.mib:,.0f} MiB on the wire); {way.client_s:.1f} s in "
+                     "raygate's inflate, decode and convert", ""))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cache_scale", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -363,6 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true",
                         help="CI size: 500 nodes, 5,000 pods, 200 changes")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    parser.add_argument("--baseline", metavar="DIR", type=Path, action="append",
+                        help="first start raygate from this checkout (another commit's, "
+                             "git archive'd), to ready, on the same loaded API server; "
+                             "may be given more than once")
     parser.add_argument("--keep", action="store_true",
                         help="keep the testbed's directory (logs, etcd data)")
     args = parser.parse_args(argv)
@@ -372,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv)
     try:
         result = run(args.nodes, args.pods, args.changes, args.rate, command=command.strip(),
-                     keep=args.keep)
+                     keep=args.keep, baselines=args.baseline)
     except (TestbedError, RuntimeError, ApiError, ValueError) as exc:
         print(f"\nFAILED: {exc}", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 """``bench.cache_scale``'s raygate, a process of its own (``raygate serve`` following the
 testbed, its output read line by line, its memory sampled), the pod changes timed from
-the API to raygate's admission status, and raygate's initial LIST taken apart."""
+the API to raygate's admission status."""
 
 from __future__ import annotations
 
@@ -25,13 +25,11 @@ from bench.cache_scale_load import Loaded
 from bench.cluster_json import PODS_PER_RAYCLUSTER, Cluster, PodSpec
 from bench.kubeapi import KubeApi
 from bench.memory import read_memory
-from raygate.server.kube.decode import Decoders, decode_page, next_continue
-from raygate.server.kube.resources import RESOURCES
 from testbed.cluster import DEPLOY, REPO
 from testbed.processes import free_port
 
-__all__ = ["Changes", "ListAlone", "Raygate", "Started", "apply_changes", "changed_pods",
-           "list_alone", "not_ready", "start_raygate"]
+__all__ = ["Changes", "Raygate", "Started", "apply_changes", "changed_pods", "not_ready",
+           "start_raygate"]
 
 Obj = dict[str, Any]
 HOST = "127.0.0.1"
@@ -42,7 +40,8 @@ READY_TIMEOUT_S = 600.0
 class Raygate:
     """``raygate serve`` following the testbed, its output read line by line."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, source: Path = REPO,
+                 name: str = "raygate") -> None:
         configmap = yaml.safe_load((DEPLOY / "base" / "configmap.yaml").read_text())
         config = workdir / "raygate.yaml"
         config.write_text(configmap["data"]["raygate.yaml"])
@@ -53,7 +52,9 @@ class Raygate:
             f"--grpc-addr={HOST}:{free_port()}", "--authz=off", "--log-format=text",
             "--shutdown-delay-seconds=0",
         ]
-        self.log = workdir / "raygate.log"
+        self.source = source
+        """The checkout whose raygate runs (another commit's, for a before/after)."""
+        self.log = workdir / f"{name}.log"
         self.lines: list[tuple[float, str]] = []
         self.started = 0.0
         self.synced_at: float | None = None
@@ -65,7 +66,7 @@ class Raygate:
         self.started = time.monotonic()
         self.process = subprocess.Popen(
             self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+            env={**os.environ, "PYTHONPATH": str(self.source)}, cwd=self.source)
         threading.Thread(target=self._read, name="raygate-log", daemon=True).start()
         threading.Thread(target=self._sample, name="raygate-rss", daemon=True).start()
 
@@ -245,58 +246,4 @@ def apply_changes(api: KubeApi, raygate: Raygate, pods: list[PodSpec], rate: flo
             result.woken_by_other += 1
             version = headers["etag"].strip('"')
     conn.close()
-    return result
-
-
-# --- the initial LIST, taken apart ------------------------------------------------------
-
-
-PROTOBUF = "application/vnd.kubernetes.protobuf"
-"""What client-go's own components (kube-scheduler, the controllers) ask nodes and pods in."""
-
-
-@dataclass
-class ListAlone:
-    """raygate's first LIST of nodes and pods, done again with raygate stopped, one page
-    after the other: the time spent waiting for kube-apiserver's pages, and the time
-    raygate's own code (``raygate.server.kube.decode`` and the views of
-    ``raygate.server.kube.resources``) takes to decode and convert them, one thread.
-    Each page is also asked for as protobuf (read, not decoded: raygate has no decoders
-    of Kubernetes' protobuf types) to show what the API server's side costs in it."""
-
-    pages: int = 0
-    mib: float = 0.0
-    server_s: float = 0.0
-    decode_convert_s: float = 0.0
-    protobuf_mib: float = 0.0
-    protobuf_server_s: float = 0.0
-
-
-def list_alone(api: KubeApi, page_size: int) -> ListAlone:
-    """Apart, the two shares of raygate's time to ready that overlap in raygate (it
-    fetches the next page while it converts one): which side of the connection it is."""
-    result = ListAlone()
-    for resource in RESOURCES[:2]:  # nodes and pods: all but 600 of the objects
-        served = resource.served(resource.versions[0])
-        decoders, view = Decoders(resource.wire), resource.view
-        token = ""
-        while True:
-            query = f"?limit={page_size}" + (f"&continue={token}" if token else "")
-            started = time.perf_counter()
-            data = api.call("GET", served.path + query)
-            fetched = time.perf_counter()
-            page = decode_page(data, decoders)
-            for item in page.items:
-                view(item)
-            result.decode_convert_s += time.perf_counter() - fetched
-            result.server_s += fetched - started
-            started = time.perf_counter()  # the same page, as protobuf
-            result.protobuf_mib += len(api.call("GET", served.path + query,
-                                                accept=PROTOBUF)) / 2**20
-            result.protobuf_server_s += time.perf_counter() - started
-            result.pages += 1
-            result.mib += len(data) / 2**20
-            token = next_continue(data)
-            if not token:
-                break
     return result

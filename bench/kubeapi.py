@@ -90,12 +90,33 @@ class KubeApi:
             headers["Authorization"] = f"Bearer {self.token}"
         return headers
 
+    def connect(self, timeout: float) -> http.client.HTTPConnection:
+        """A connection of the caller's own (a stream it reads itself)."""
+        return self._connect(timeout)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
     def call(self, method: str, path: str, body: bytes | None = None,
              content_type: str = "application/json", ok: Iterable[int] = (), *,
              accept: str = "application/json") -> bytes:
         """The reply's body of a 2xx (or an ``ok``) status; retries what a busy server
         or a dropped connection fails."""
-        headers = self._headers(content_type, accept)
+        return self._call(method, path, body, self._headers(content_type, accept), ok)[0]
+
+    def fetch(self, path: str, *, accept: str = "application/json", encoding: str = "",
+              ) -> tuple[bytes, bool]:
+        """A GET's body as it came, asking for ``encoding`` (``gzip``), and whether it
+        came so encoded."""
+        headers = self._headers("application/json", accept)
+        if encoding:
+            headers["Accept-Encoding"] = encoding
+        data, encoded = self._call("GET", path, None, headers, ())
+        return data, bool(encoding) and encoded == encoding
+
+    def _call(self, method: str, path: str, body: bytes | None, headers: dict[str, str],
+              ok: Iterable[int]) -> tuple[bytes, str]:
+        """The body and Content-Encoding of a 2xx (or an ``ok``) reply, with retries."""
         for attempt in range(ATTEMPTS):
             last = attempt == ATTEMPTS - 1
             conn = self._connection()
@@ -111,7 +132,7 @@ class KubeApi:
                 time.sleep(0.1 * 2 ** attempt)
                 continue
             if 200 <= reply.status < 300 or reply.status in ok:
-                return data
+                return data, reply.getheader("Content-Encoding") or ""
             if reply.status in RETRY_STATUSES and not last:
                 time.sleep(0.1 * 2 ** attempt)
                 continue

@@ -11,6 +11,13 @@ It speaks what raygate's list/watch relies on, as kube-apiserver does:
   ``BOOKMARK`` events (``allowWatchBookmarks``); a version older than the history gets
   an ``ERROR`` event with a 410 Status (as the watch cache answers), or an HTTP 410;
   the stream ends cleanly after ``timeoutSeconds``;
+* the streaming list (``sendInitialEvents=true`` with ``resourceVersionMatch=
+  NotOlderThan``): an ADDED event per object of the current state, in key order, then
+  the BOOKMARK annotated ``k8s.io/initial-events-end`` (when bookmarks are allowed),
+  then the watch goes on; a plain watch from "" or "0" is one too, as kube-apiserver
+  defaults it. With ``watch_list`` False, as an API server with its WatchList gate off,
+  ``sendInitialEvents`` is refused (422) and a watch from "0" starts with the state but
+  without the bookmark that ends it (the watch cache's legacy answer);
 * discovery of the custom resources installed (``GET /apis/<group>/<version>``), 404
   for the others; bearer-token auth (401 without it);
 * ``POST`` TokenReviews (``authentication.k8s.io/v1``) and SubjectAccessReviews
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gzip
 import json
 import queue
 import re
@@ -68,6 +76,14 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
 
 RV_PLACEHOLDER = b"__RV__"
+KEPT_LISTS = 8
+"""LIST states whose continue tokens stay valid (the oldest go first)."""
+CHUNK_BYTES = 256 * 1024
+"""The most a watch stream's chunk holds of the events waiting."""
+GZIP_THRESHOLD = 128 * 1024
+GZIP_LEVEL = 1
+"""kube-apiserver compresses replies over 128 KiB (``defaultGzipThresholdBytes``) at level
+1 (``gzipContentEncodingLevel``): k8s.io/apiserver pkg/endpoints/handlers/responsewriters."""
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -178,6 +194,13 @@ class ApiServerDouble:
         self.list_delay = 0.0
         """Seconds to wait before each LIST reply: a slow API server."""
         self.bookmark_on_timeout = True
+        self.watch_list = True
+        self.compressed = 0
+        """Replies and streams sent gzip-compressed."""
+        """Serve the streaming list (kube-apiserver's WatchList gate); False refuses it."""
+        self.initial_events_end = True
+        """False: a streaming list's state is sent, but not the bookmark that ends it
+        (a server that takes the parameters and does not do what they ask)."""
         self.requests: list[tuple[str, dict[str, str]]] = []
         """(path, query) of every request, in order."""
         self.users: dict[str, ReviewUser] = {}
@@ -448,10 +471,10 @@ class ApiServerDouble:
             if watch.collection == store.collection:
                 watch.lines.put(line)
 
-    def _bookmark_line(self, collection: Collection) -> bytes:
-        return msgspec.json.encode({"type": "BOOKMARK", "object": {
-            "kind": collection.kind, "apiVersion": collection.api_version,
-            "metadata": {"resourceVersion": str(self._rv)}}}) + b"\n"
+    def _bookmark_line(self, collection: Collection, *, initial_events_end: bool = False,
+                       ) -> bytes:
+        return b'{"type":"BOOKMARK","object":%s}\n' % bookmark_object(
+            collection, self._rv, initial_events_end=initial_events_end)
 
     def _failure(self, path: str) -> tuple[int, str] | None:
         with self._lock:
@@ -487,25 +510,36 @@ class ApiServerDouble:
             if end < len(items):
                 continue_ = base64.urlsafe_b64encode(
                     json.dumps({"id": list_id, "start": end}).encode()).decode()
-            else:
-                self._lists.pop(list_id, None)
+            # kube-apiserver's continue tokens hold no server state: a page may be asked
+            # for again until compaction. The double keeps the last few lists' states.
+            while len(self._lists) > KEPT_LISTS:
+                del self._lists[next(iter(self._lists))]
             page = items[start:end]
         meta = msgspec.json.encode({"resourceVersion": str(rv), "continue": continue_})
         body = b'{"kind":"%sList","apiVersion":"%s","metadata":%s,"items":[%s]}' % (
             collection.kind.encode(), collection.api_version.encode(), meta, b",".join(page))
         return 200, body
 
-    def _open_watch(self, collection: Collection, since: str,
-                    bookmarks: bool) -> tuple[int, bytes, _Watch | None]:
+    def _open_watch(self, collection: Collection, since: str, bookmarks: bool,
+                    initial: bool = False) -> tuple[int, bytes, _Watch | None]:
         with self._lock:
             store = self._stores.get(collection.path)
             if store is None:
                 return 404, _status(404, "NotFound", f"{collection.plural} not found"), None
             try:
-                version = int(since)
+                version = int(since or "0")
             except ValueError:
                 return 400, _status(400, "BadRequest", f"invalid resourceVersion {since!r}"), None
             watch = _Watch(collection, bookmarks)
+            if initial or (not self.watch_list and since == "0"):
+                # The state at the current version (not older than any asked for), then
+                # what comes after it: the watch cache's answer (cacher.go).
+                for key in sorted(store.objects):
+                    watch.lines.put(b'{"type":"ADDED","object":%s}\n' % store.objects[key])
+                if initial and bookmarks and self.initial_events_end:
+                    watch.lines.put(self._bookmark_line(collection, initial_events_end=True))
+                self._watches.append(watch)
+                return 200, b"", watch
             if version < store.since:
                 message = f"too old resource version: {version} ({store.since})"
                 if self.gone_as_http:
@@ -520,6 +554,91 @@ class ApiServerDouble:
                     watch.lines.put(line)
             self._watches.append(watch)
             return 200, b"", watch
+
+
+NOT_OLDER_THAN = "NotOlderThan"
+
+
+def _initial_events(query: dict[str, str], watch_list: bool) -> bool | bytes:
+    """Whether a watch starts with the state (a streaming list), or the 422 reply that
+    refuses it: k8s.io/apimachinery pkg/apis/meta/internalversion/validation/validation.go
+    (``validateWatchOptions``) and defaults.go (``SetListOptionsDefaults``: with the
+    WatchList gate on, a watch from "" or "0" that asks nothing else is one)."""
+    send, match = query.get("sendInitialEvents"), query.get("resourceVersionMatch", "")
+    causes: list[Obj] = []
+    if send is not None:
+        if match != NOT_OLDER_THAN:
+            causes.append(_cause("FieldValueForbidden", "resourceVersionMatch", "Forbidden: "
+                                 "sendInitialEvents requires setting resourceVersionMatch "
+                                 f"to {NOT_OLDER_THAN}"))
+        if not watch_list:
+            causes.append(_cause("FieldValueForbidden", "sendInitialEvents", "Forbidden: "
+                                 "sendInitialEvents is forbidden for watch unless the "
+                                 "WatchList feature gate is enabled"))
+    if match:
+        if send is None:
+            causes.append(_cause("FieldValueForbidden", "resourceVersionMatch", "Forbidden: "
+                                 "resourceVersionMatch is forbidden for watch unless "
+                                 "sendInitialEvents is provided"))
+        if match != NOT_OLDER_THAN:
+            causes.append(_cause("FieldValueNotSupported", "resourceVersionMatch",
+                                 f'Unsupported value: "{match}": supported values: '
+                                 f'"{NOT_OLDER_THAN}"'))
+    if causes:
+        return _invalid("ListOptions", causes)
+    if send is None:
+        return watch_list and query.get("resourceVersion", "") in ("", "0")
+    return send.lower() in ("true", "1")
+
+
+def bookmark_object(collection: Collection, rv: int, *, initial_events_end: bool) -> bytes:
+    """The object of a BOOKMARK event as kube-apiserver writes it: an empty object of the
+    kind (``newFunc()``) with only its resourceVersion set (cacher.go), annotated when it
+    ends a streaming list's initial events (k8s.io/apiserver pkg/storage/util.go)."""
+    version = b'"resourceVersion":"%d"' % rv
+    annotated = b'"annotations":{"k8s.io/initial-events-end":"true"}' if initial_events_end \
+        else b""
+    shape = BOOKMARK_SHAPES.get(collection.kind)
+    if shape is None:  # an Unstructured: a map, its keys sorted
+        shape, parts = BOOKMARK_CUSTOM, (annotated, version)
+    else:  # a struct: its fields in their order (ObjectMeta's annotations after it)
+        parts = (version, annotated)
+    return shape % {b"kind": collection.kind.encode(), b"api": collection.api_version.encode(),
+                    b"meta": b",".join(part for part in parts if part)}
+
+
+BOOKMARK_CUSTOM = b'{"apiVersion":"%(api)s","kind":"%(kind)s","metadata":{%(meta)s}}'
+"""A custom resource's bookmark (an ``unstructured.Unstructured``: its keys sorted)."""
+BOOKMARK_SHAPES = {
+    "Pod": b'{"kind":"Pod","apiVersion":"v1","metadata":{%(meta)s},"spec":{"containers":null}'
+           b',"status":{}}',
+    "Event": b'{"kind":"Event","apiVersion":"v1","metadata":{%(meta)s},"involvedObject":{},'
+             b'"source":{},"firstTimestamp":null,"lastTimestamp":null,"eventTime":null,'
+             b'"reportingComponent":"","reportingInstance":""}',
+    "Node": b'{"kind":"Node","apiVersion":"v1","metadata":{%(meta)s},"spec":{},"status":'
+            b'{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":"",'
+            b'"systemUUID":"","bootID":"","kernelVersion":"","osImage":"",'
+            b'"containerRuntimeVersion":"","kubeletVersion":"","kubeProxyVersion":"",'
+            b'"operatingSystem":"","architecture":""}}}',
+}
+"""Built-in kinds' bookmarks: their empty objects with every non-omitempty field, byte for
+byte as kube-apiserver 1.37 writes them (read from one)."""
+
+
+def _cause(reason: str, field: str, message: str) -> Obj:
+    return {"reason": reason, "message": message, "field": field}
+
+
+def _invalid(kind: str, causes: list[Obj]) -> bytes:
+    """The 422 of ``errors.NewInvalid`` (k8s.io/apimachinery pkg/api/errors/errors.go)."""
+    message = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
+    if len(causes) > 1:
+        message = f"[{message}]"
+    return msgspec.json.encode({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": f"{kind}.meta.k8s.io \"\" is invalid: {message}", "reason": "Invalid",
+        "details": {"group": "meta.k8s.io", "kind": kind, "causes": causes},
+        "code": 422}) + b"\n"
 
 
 def _token_review(owner: ApiServerDouble, review: Any) -> Obj | str:
@@ -610,9 +729,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def _reply(self, code: int, body: bytes) -> None:
+    def _gzip(self) -> bool:
+        """The client takes gzip (kube-apiserver's ContentEncodingSupported)."""
+        accepted = self.headers.get("Accept-Encoding") or ""
+        return any(token.strip() == "gzip" for token in accepted.split(","))
+
+    def _reply(self, code: int, body: bytes, *, compressible: bool = False) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        if compressible and len(body) > GZIP_THRESHOLD and self._gzip():
+            # kube-apiserver's deferredResponseWriter: a reply over 128 KiB, at level 1.
+            body = gzip.compress(body, GZIP_LEVEL)
+            self.owner.compressed += 1
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Vary", "Accept-Encoding")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -656,7 +786,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(owner.list_delay)
         code, body = owner._list_page(store.collection, int(query.get("limit", "0") or 0),
                                       query.get("continue", ""), namespace)
-        self._reply(code, body)
+        self._reply(code, body, compressible=True)
 
     def do_POST(self) -> None:
         owner = self.owner
@@ -708,9 +838,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _watch(self, collection: Collection, query: dict[str, str]) -> None:
         owner = self.owner
+        initial = _initial_events(query, owner.watch_list)
+        if isinstance(initial, bytes):
+            self._reply(422, initial)
+            return
         code, body, watch = owner._open_watch(
-            collection, query.get("resourceVersion", "0"),
-            query.get("allowWatchBookmarks") in ("true", "1"))
+            collection, query.get("resourceVersion", ""),
+            query.get("allowWatchBookmarks") in ("true", "1"), initial)
         if watch is None:
             self._reply(code, body)
             return
@@ -719,11 +853,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
+        # A streaming list (its bookmark asked for) is compressed when the client takes
+        # it: each flush a gzip member of its own (watch.go, perFlushGzipWriter).
+        compressed = initial is True and watch.bookmarks and self._gzip()
+        if compressed:
+            owner.compressed += 1
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Vary", "Accept-Encoding")
         self.end_headers()
         self.wfile.flush()
         watch.sock = self.connection
         try:
-            for chunk in self._chunks(watch, deadline):
+            for data in self._chunks(watch, deadline):
+                chunk = gzip.compress(data, GZIP_LEVEL) if compressed else data
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 self.wfile.flush()
         except OSError:
@@ -776,9 +918,11 @@ class _Handler(BaseHTTPRequestHandler):
                 continue
             if line is None:
                 return
-            # Whatever else is waiting goes in the same chunk, as a busy server batches.
+            # Whatever else is waiting goes in the same chunk, as a busy server batches
+            # (up to CHUNK_BYTES: a streaming list's state is many chunks).
             batch = [line]
-            while True:
+            size = len(line)
+            while size < CHUNK_BYTES:
                 try:
                     more = watch.lines.get_nowait()
                 except queue.Empty:
@@ -787,6 +931,7 @@ class _Handler(BaseHTTPRequestHandler):
                     watch.lines.put(None)
                     break
                 batch.append(more)
+                size += len(more)
             data = b"".join(batch)
             if owner.split_lines and len(data) > 1:
                 half = len(data) // 2

@@ -9,6 +9,8 @@ import msgspec
 import pytest
 
 from bench import cache_scale, cache_scale_load
+from bench.cache_scale_list import Way
+from bench.cache_scale_scheduler import SchedulerSynced
 from bench.cluster_json import PODS_PER_RAYCLUSTER, Cluster, build_cluster
 
 
@@ -65,9 +67,10 @@ def _result(**changes: object) -> cache_scale.Result:
         change_p50_ms=40.0, change_p99_ms=60.0, change_max_ms=70.0, patch_p50_ms=5.0,
         patch_p99_ms=9.0, lone_changes=100, lone_rate_per_s=4.0, lone_p50_ms=8.0,
         lone_p99_ms=12.0, lone_patch_p50_ms=6.0, pod_json_kib_served=11.0,
-        alone=cache_scale.ListAlone(pages=301, mib=1400.0, server_s=30.0,
-                                    decode_convert_s=9.0, protobuf_mib=500.0,
-                                    protobuf_server_s=6.0),
+        alone=cache_scale.ListAlone(pages=Way(301, 155000, 1400.0, 30.0, 9.0),
+                                    stream=Way(2, 155000, 1400.0, 25.0, 9.0)),
+        scheduler=SchedulerSynced(ready_s=13.0, populated_s={"Pod": 12.5, "Node": 1.0}),
+        baselines={}, ready_ratio=12.0 / 13.0,
         woken_by_other=0, etcd_db_mib=3000.0,
         kinds={"Pod": {"events": 1000, "relists": 0, "errors": 0}},
         versions={"kubernetes": "v1.37.2", "etcd": "v3.7.3", "raygate": "0.1.0",
@@ -82,9 +85,10 @@ def _result(**changes: object) -> cache_scale.Result:
     ({"ready_s": 15.5}, 1),
     ({"peak_rss_end_mib": 1100.0}, 1),
     ({"change_p99_ms": 100.0, "ready_s": 20.0}, 2),
+    ({"ready_ratio": 1.01}, 1),
 ])
 def test_the_table_says_which_goals_are_met(changes: dict[str, object], not_met: int) -> None:
     table = cache_scale.markdown(_result(**changes))
     assert table.count("**not met**") == not_met
-    assert table.count(": met") == 3 - not_met
+    assert table.count(": met") == 4 - not_met
     assert "v1.37.2" in table and "python -m bench.cache_scale" in table

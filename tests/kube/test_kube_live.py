@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,11 @@ raygate follows its kinds: what makes a GPU node first, the claims last)."""
 GANGS = "PodGroup.scheduling.k8s.io"  # Kubernetes' own gangs: not served by default
 
 FAST = WatchSettings(page_size=2, rediscover_seconds=0.05, request_timeout=10.0,
-                     backoff=BackoffPolicy(initial=0.01, maximum=0.05), freeze_gc=False)
+                     backoff=BackoffPolicy(initial=0.01, maximum=0.05), freeze_gc=False,
+                     stream_list=True)
+"""The streaming list where the double serves it (it does unless told not to)."""
+PAGES = replace(FAST, stream_list=False)
+"""LIST pages only, raygate's default."""
 
 
 class Live:
@@ -175,8 +180,15 @@ def gpu_refused(server: ServerThread, pod: Obj) -> bool:
     return "gpu-1" in body["FailedAndUnresolvableNodes"]
 
 
-def test_initial_sync_in_pages_then_readyz_reports_each_kind(live: Live) -> None:
+@pytest.mark.parametrize(("stream_list", "watch_list"), [(True, True), (True, False),
+                                                        (False, True)],
+                         ids=["streamed", "refused-so-in-pages", "in-pages"])
+def test_initial_sync_then_readyz_reports_each_kind(live: Live, stream_list: bool,
+                                                    watch_list: bool) -> None:
+    """By the streaming list where asked for and served, else by LIST pages."""
     populate(live.double)
+    live.settings = FAST if stream_list else PAGES
+    live.double.watch_list = watch_list
     live.double.list_delay = 0.02  # a slow API server: every page waits
     server = ServerThread(live.cache, FakeClock())
     server.start()
@@ -201,9 +213,16 @@ def test_initial_sync_in_pages_then_readyz_reports_each_kind(live: Live) -> None
         assert kinds["Node"]["lastEventAgeSeconds"] >= 0
     finally:
         server.stop()
-    # Pages of 2: the 4 pods took a first request and continues.
-    continues = [q for path, q in live.double.requests if path == PODS.path and "continue" in q]
-    assert len(continues) == 1
+    asked = [q for path, q in live.double.requests if path == PODS.path]
+    streamed = [q for q in asked if q.get("sendInitialEvents") == "true"]
+    # The streaming list is asked for once; refused, LIST pages of 2: the 4 pods took a
+    # first request and a continue. Served, its stream goes on as the watch.
+    streaming = stream_list and watch_list
+    assert len(streamed) == (1 if stream_list else 0)
+    assert all(q["resourceVersionMatch"] == "NotOlderThan" and "resourceVersion" not in q
+               for q in streamed)
+    assert sum(1 for q in asked if q.get("watch") != "true") == (0 if streaming else 2)
+    assert live.double.watch_requests(PODS) == 2 - streaming - (not stream_list)
     assert live.converged()
 
 
@@ -491,3 +510,65 @@ def test_only_the_node_autoscalers_pod_events_reach_the_cache(live: Live) -> Non
     live.double.create(make_nodeclaim("default-x7k2p"))
     live.wait_snapshot(lambda s: s.follows_node_claims() and s.node_claim("default-x7k2p")
                        is not None, "the NodeClaim")
+
+
+@pytest.mark.parametrize("how", ["another-bookmark-first", "the-stream-ends"])
+def test_a_streaming_list_whose_initial_events_never_end_is_listed_in_pages(
+    tmp_path: Path, how: str,
+) -> None:
+    """A server that takes the streaming list's parameters but never sends the bookmark
+    that ends the initial events: each kind is listed in pages as soon as it shows (a
+    periodic bookmark, or the end of the stream), and nothing is ready before."""
+    live = Live(tmp_path)
+    try:
+        populate(live.double)
+        live.double.initial_events_end = False
+        starting = threading.Thread(target=live.start, daemon=True)
+        starting.start()
+        served = sum(1 for c in (*CORE, *CRDS) if live.double.served(c))
+        live.wait(lambda: live.double.open_watches() == served, "a streaming list of each kind")
+        assert not live.cache.ready
+        if how == "another-bookmark-first":
+            assert live.double.bookmark() == served
+        else:
+            assert live.double.end_watches() == served
+        starting.join(WAIT)
+        assert live.cache.ready
+        assert live.double.list_requests(PODS) == 1  # pages of 2 (continues not counted)
+        live.wait_converged()
+    finally:
+        live.stop()
+
+
+def test_the_double_writes_the_initial_events_end_bookmark_as_kube_apiserver() -> None:
+    """kube-apiserver 1.37's bytes, read from one (the pods and nodes of a fresh cluster)."""
+    from testkit.apiserver import bookmark_object
+
+    assert bookmark_object(PODS, 208, initial_events_end=True) == (
+        b'{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"208","annotations":'
+        b'{"k8s.io/initial-events-end":"true"}},"spec":{"containers":null},"status":{}}')
+    assert bookmark_object(NODES, 211, initial_events_end=True) == (
+        b'{"kind":"Node","apiVersion":"v1","metadata":{"resourceVersion":"211","annotations":'
+        b'{"k8s.io/initial-events-end":"true"}},"spec":{},"status":{"daemonEndpoints":'
+        b'{"kubeletEndpoint":{"Port":0}},"nodeInfo":{"machineID":"","systemUUID":"",'
+        b'"bootID":"","kernelVersion":"","osImage":"","containerRuntimeVersion":"",'
+        b'"kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}}')
+
+
+@pytest.mark.parametrize("stream_list", [True, False], ids=["streamed", "in-pages"])
+def test_compressed_replies_are_inflated(tmp_path: Path, stream_list: bool) -> None:
+    """gzip asked for: the double compresses as kube-apiserver does (LIST replies over
+    128 KiB; a streaming list each flush a member of its own) and the cache is the same."""
+    live = Live(tmp_path, replace(FAST, page_size=500, compression=True,
+                                  stream_list=stream_list))
+    try:
+        populate(live.double)
+        for i in range(250):  # ~0.7 KiB each: a LIST page over 128 KiB
+            live.double.create(worker(f"rc-workers-{i}", "cpu-1"))
+        live.start()
+        assert live.double.compressed >= 1
+        live.double.create(worker("rc-workers-late", "cpu-2"))
+        live.wait_converged()
+        assert live.cache.snapshot.counts()["pods"] == 4 + 251
+    finally:
+        live.stop()

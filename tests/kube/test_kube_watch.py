@@ -19,6 +19,7 @@ from raygate.plugin.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.keys import POD, WORKLOAD
 from raygate.server.cache.sync import SyncStatus
+from raygate.server.kube.decode import Decoders, decode_line
 from raygate.server.kube.resources import RESOURCES, Resource, Served
 from raygate.server.kube.source import CacheWriter
 from raygate.server.kube.transport import (
@@ -85,6 +86,8 @@ class FakeTransport:
     stop: threading.Event
     lists: Script = field(default_factory=list)
     watches: Script = field(default_factory=list)
+    streams: Script = field(default_factory=list)
+    """Streaming lists (watches with initial events)."""
     discovery: dict[str, Script] = field(default_factory=dict)
     calls: list[tuple[str, ...]] = field(default_factory=list)
 
@@ -108,7 +111,11 @@ class FakeTransport:
         page: ListPage = self._next(self.lists)
         return page
 
-    def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> Stream:
+    def watch(self, served: Served, resource_version: str, timeout_seconds: int, *,
+              initial_events: bool = False) -> Stream:
+        if initial_events:
+            self.calls.append(("stream", served.path, resource_version))
+            return Stream(self._next(self.streams))
         self.calls.append(("watch", served.path, resource_version))
         lines = self._next(self.watches)
         return Stream(lines)
@@ -136,6 +143,11 @@ class Run:
         return [c for c in self.transport.calls if c[0] == verb]
 
 
+LISTS = WatchSettings(freeze_gc=False, stream_list=False)
+"""LIST pages, as an API server that does not serve the streaming list is listed."""
+STREAMS = WatchSettings(freeze_gc=False, page_size=2, stream_list=True)
+
+
 def driver(resource: Resource = PODS, settings: WatchSettings | None = None) -> Run:
     stop = threading.Event()
     transport = FakeTransport(stop)
@@ -149,7 +161,7 @@ def driver(resource: Resource = PODS, settings: WatchSettings | None = None) -> 
         return not stop.is_set()
 
     watcher = KindWatcher(resource, transport, writer, sync.kinds[resource.kind],
-                          settings=settings or WatchSettings(freeze_gc=False), stop=stop,
+                          settings=settings or LISTS, stop=stop,
                           rng=random.Random(7), wait=wait)
     return Run(transport, cache, writer, watcher, delays)
 
@@ -267,7 +279,7 @@ def test_an_object_raygate_cannot_read_is_left_out() -> None:
 
 def test_other_errors_back_off_with_jitter_and_reset_after_a_success() -> None:
     settings = WatchSettings(backoff=BackoffPolicy(initial=1.0, maximum=4.0, jitter=0.5),
-                             freeze_gc=False)
+                             freeze_gc=False, stream_list=False)
     run = driver(settings=settings)
     run.transport.lists = [TransportError("refused")] * 4 + [ListPage([], "10")]
     run.transport.watches = [ApiError(500, "InternalError", "etcd timeout"),
@@ -296,7 +308,7 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
 def test_a_crd_not_installed_is_absent_until_discovery_finds_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = WatchSettings(rediscover_seconds=60.0, freeze_gc=False)
+    settings = WatchSettings(rediscover_seconds=60.0, freeze_gc=False, stream_list=False)
     run = driver(WORKLOADS, settings)
     # Not served at all, twice; then Kueue is installed at v1beta1 only.
     run.transport.discovery = {
@@ -316,7 +328,8 @@ def test_a_crd_not_installed_is_absent_until_discovery_finds_it(
 
 
 def test_a_crd_deleted_while_watched_empties_its_kind() -> None:
-    run = driver(WORKLOADS, WatchSettings(rediscover_seconds=5.0, freeze_gc=False))
+    run = driver(WORKLOADS, WatchSettings(rediscover_seconds=5.0, freeze_gc=False,
+                                          stream_list=False))
     run.transport.discovery = {"kueue.x-k8s.io/v1beta2": [frozenset({"workloads"}), None],
                                "kueue.x-k8s.io/v1beta1": [None]}
     run.transport.lists = [ListPage([workload("wl-1", 5)], "10")]
@@ -342,3 +355,85 @@ def test_sync_status_reports_readiness_and_the_age_of_the_last_event() -> None:
     assert report["Pod"].last_event_age_seconds == 2.5 and report["Pod"].events == 5
     assert report["Node"].last_event_age_seconds is None
     assert msgspec.json.decode(msgspec.json.encode(report["Pod"]))["lastEventAgeSeconds"] == 2.5
+
+
+# --- the streaming list ---------------------------------------------------------------
+
+
+def initial_events_end(rv: int) -> WatchLine:
+    """The BOOKMARK that ends a streaming list's initial events, as decoded."""
+    return decode_line(b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1",'
+                       b'"metadata":{"resourceVersion":"%d","annotations":{'
+                       b'"k8s.io/initial-events-end":"true"}},"spec":{"containers":null},'
+                       b'"status":{}}}' % rv, Decoders(kube.Pod))
+
+
+def test_the_streaming_list_fills_the_cache_and_goes_on_as_the_watch() -> None:
+    run = driver(settings=STREAMS)
+    run.transport.streams = [[WatchLine("ADDED", obj=pod("a", 5)),
+                              WatchLine("ADDED", obj=pod("b", 7)),
+                              WatchLine("ADDED", obj=pod("x", 8)),
+                              initial_events_end(10),
+                              WatchLine("ADDED", obj=pod("c", 11)),
+                              WatchLine("DELETED", obj=pod("x", 12))]]
+    run()
+    # One request: the stream's end resumes the watch from the last version; no LIST.
+    assert run.transport.calls[0] == ("stream", "/api/v1/pods", "")
+    assert run.requests("list") == []
+    assert run.requests("watch")[0] == ("watch", "/api/v1/pods", "12")
+    assert run.names() == {"a", "b", "c"}
+    status = run.watcher.status
+    assert status.synced and run.cache.ready and status.relists == 0
+    # The state's events are the list's, not the watch's.
+    assert status.events["ADDED"] == 1 and status.events["DELETED"] == 1
+
+
+def test_nothing_of_the_initial_events_is_in_the_cache_before_the_bookmark() -> None:
+    """A stream that ends before its bookmark (a server that does not send it) left
+    nothing in the cache: the state is listed in pages."""
+    run = driver(settings=STREAMS)
+    run.transport.streams = [[WatchLine("ADDED", obj=pod("a", 5)),
+                              WatchLine("ADDED", obj=pod("b", 7))]]
+    run.transport.lists = [TransportError("the API server went away")]
+    run()
+    assert [c[0] for c in run.transport.calls][:2] == ["stream", "list"]
+    assert run.names() == set()
+    assert not run.watcher.status.synced and not run.cache.ready
+
+
+def test_a_refused_streaming_list_is_listed_in_pages() -> None:
+    run = driver(settings=STREAMS)
+    refused = ApiError(422, "Invalid", 'ListOptions.meta.k8s.io "" is invalid: '
+                       "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for "
+                       "watch unless the WatchList feature gate is enabled")
+    run.transport.streams = [refused]
+    run.transport.lists = [ListPage([pod("a", 5)], "10")]
+    run.transport.watches = [[WatchLine("ADDED", obj=pod("b", 11))]]
+    run()
+    assert [c[0] for c in run.transport.calls][:3] == ["stream", "list", "watch"]
+    assert run.names() == {"a", "b"}
+    assert run.delays[:-1] == []  # a refusal is no failure: listed at once
+
+
+def test_a_server_error_on_the_streaming_list_backs_off_and_streams_again() -> None:
+    run = driver(settings=STREAMS)
+    run.transport.streams = [ApiError(503, "ServiceUnavailable", "etcd is busy"),
+                             [WatchLine("ADDED", obj=pod("a", 5)), initial_events_end(10)]]
+    run()
+    assert run.requests("list") == []
+    assert run.names() == {"a"}
+    assert len(run.delays) == 2  # the backoff, then the one that ends the script
+
+
+def test_a_410_on_the_watch_streams_the_state_again_and_drops_what_is_gone() -> None:
+    run = driver(settings=STREAMS)
+    gone = kube.Status(code=410, reason="Expired", message="too old resource version")
+    run.transport.streams = [
+        [WatchLine("ADDED", obj=pod("a", 5)), WatchLine("ADDED", obj=pod("b", 6)),
+         initial_events_end(10), WatchLine("ERROR", status=gone)],
+        [WatchLine("ADDED", obj=pod("b", 6)), WatchLine("ADDED", obj=pod("c", 30)),
+         initial_events_end(31)]]
+    run()
+    assert run.names() == {"b", "c"}
+    assert run.watcher.status.relists == 1
+    assert [c[0] for c in run.transport.calls] == ["stream", "stream", "watch"]

@@ -227,6 +227,7 @@ class KubeTransport(Writes):
                                            len(RESOURCES) + 8)
         self.api = k8s.ApiClient(connection.configuration)
         self.request_timeout = settings.request_timeout
+        self.compression = settings.compression
         self.read_timeout = settings.read_timeout
         self._decoders: dict[type[msgspec.Struct], Decoders] = {}
         self._prefetch = ThreadPoolExecutor(max_workers=2, thread_name_prefix="raygate-list")
@@ -245,10 +246,11 @@ class KubeTransport(Writes):
             decoders = self._decoders[wire] = Decoders(wire)
         return decoders
 
-    def _get(self, path: str, query: list[tuple[str, str]],
-             timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
+    def _get(self, path: str, query: list[tuple[str, str]], timeout: tuple[float, float],
+             gzip: bool = False) -> urllib3.BaseHTTPResponse:
+        header = {"Accept": "application/json", **({"Accept-Encoding": "gzip"} if gzip else {})}
         method, url, headers, _, _ = self.api.param_serialize(
-            "GET", path, query_params=query, header_params={"Accept": "application/json"},
+            "GET", path, query_params=query, header_params=header,
             # Bearer tokens (static, in-cluster, exec plugins, OIDC) are refreshed by the
             # client's configuration; client certificates live in its connection pool.
             auth_settings=["BearerToken"],
@@ -344,22 +346,37 @@ class KubeTransport(Writes):
         query = [("limit", str(limit)), *query]
         if continue_:
             query.append(("continue", continue_))
-        response = self._get(path, query, (self.request_timeout, self.request_timeout))
+        # urllib3 inflates a gzip reply (decode_content): kube-apiserver compresses one
+        # over 128 KiB when asked (APIResponseCompression, on since 1.16).
+        response = self._get(path, query, (self.request_timeout, self.request_timeout),
+                             self.compression)
         return self._read(response, what)
 
-    def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> _Stream:
-        query = [
-            ("watch", "true"),
+    def watch(self, served: Served, resource_version: str, timeout_seconds: int, *,
+              initial_events: bool = False) -> _Stream:
+        query = [("watch", "true")]
+        if resource_version:
             # Every change after this version, in order; 410 Gone if it was compacted.
-            ("resourceVersion", resource_version),
+            query.append(("resourceVersion", resource_version))
+        if initial_events:
+            # The streaming list: the state first (not older than resource_version; the
+            # latest without one), as it is sent only with NotOlderThan (validation.go).
+            query += [("sendInitialEvents", "true"),
+                      ("resourceVersionMatch", "NotOlderThan")]
+        query += [
             # BOOKMARKs move the version on while nothing changes, so a resumed watch
-            # rarely starts from a compacted version.
+            # rarely starts from a compacted version; a streaming list's initial events
+            # end at one (sent only to a watch that allows them: cacher.go
+            # setInitialEventsEndBookmarkIfRequested).
             ("allowWatchBookmarks", "true"),
             # The API server ends the watch after this many seconds (cleanly).
             ("timeoutSeconds", str(timeout_seconds)),
             *_selected(served),
         ]
-        response = self._get(served.path, query, (self.request_timeout, self.read_timeout))
+        # A streaming list is compressed when asked, each flush a gzip member (1.37's
+        # WatchListCompression); urllib3 inflates them one after the other.
+        response = self._get(served.path, query, (self.request_timeout, self.read_timeout),
+                             self.compression and initial_events)
         return _Stream(response, self._decoders_for(served))
 
 

@@ -8,11 +8,12 @@ from typing import Any
 import msgspec
 
 from raygate.server.kube.transport import (
+    BOOKMARK,
+    ERROR,
     ListPage,
     TransportError,
     WatchLine,
 )
-from raygate.server.kube.watch import ERROR
 from raygate.server.wire import DECODE_ERRORS, kube
 
 
@@ -42,6 +43,9 @@ META = msgspec.json.Decoder(kube.Metadata)
 
 
 STATUS = msgspec.json.Decoder(kube.Status)
+
+
+BOOKMARK_EVENT = msgspec.json.Decoder(kube.WatchEvent[kube.Bookmark])
 
 
 API_RESOURCES = msgspec.json.Decoder(kube.ApiResourceList)
@@ -90,6 +94,8 @@ def decode_line(line: bytes, decoders: Decoders) -> WatchLine:
             raise TransportError(f"watch stream line is not an event: {exc}") from None
         if head.type == ERROR:
             return WatchLine(ERROR, status=status_of(head.object))
+        if head.type == BOOKMARK:
+            return bookmark_of(line)
         return WatchLine(head.type, meta=meta_of(head.object), problem=str(exc))
     except DECODE_ERRORS as exc:  # (ValidationError is a DecodeError: caught above)
         raise TransportError(f"watch stream line is not JSON: {exc}") from None
@@ -97,7 +103,20 @@ def decode_line(line: bytes, decoders: Decoders) -> WatchLine:
         # A Status may decode as some kinds' structs (no field of theirs clashes): read it
         # again as what it is.
         return WatchLine(ERROR, status=status_of(RAW_EVENT.decode(line).object))
+    if event.type == BOOKMARK:
+        return bookmark_of(line)
     return WatchLine(event.type, obj=event.object)
+
+
+def bookmark_of(line: bytes) -> WatchLine:
+    """A BOOKMARK read again for what only it carries (its annotations: the end of a
+    streaming list's initial events); one a minute, or one a streaming list."""
+    try:
+        event = BOOKMARK_EVENT.decode(line)
+    except DECODE_ERRORS as exc:
+        raise TransportError(f"watch stream line is not a bookmark: {exc}") from None
+    mark = event.object or kube.Bookmark()
+    return WatchLine(BOOKMARK, obj=mark, initial_events_end=mark.initial_events_end)
 
 
 def status_of(raw: bytes | msgspec.Raw) -> kube.Status:

@@ -14,6 +14,9 @@ from raygate.server.cache.snapshot import Snapshot
 from raygate.server.kube.resources import Served
 from raygate.server.wire import kube
 
+ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
+"""The types of watch events (k8s.io/apimachinery pkg/watch/watch.go)."""
+
 
 class TransportError(Exception):
     """No usable answer: the connection failed, broke, or stayed silent too long."""
@@ -112,6 +115,21 @@ class WatchSettings:
     RayClusters on the server's event loop) runs at most 20 times a second. A lone event
     after a quiet spell is published at once. Default 50 ms: a change reaches filter
     decisions well within one kube-scheduler cycle."""
+    stream_list: bool = False
+    """Take a kind's state by the streaming list (KEP-3157: a WATCH with
+    ``sendInitialEvents=true``) where the API server serves it, rather than by LIST pages
+    (kube-apiserver 1.37 serves it by default: its WatchList gate, beta and on since 1.34,
+    k8s.io/apiserver pkg/features/kube_features.go); one that refuses it (422 with the
+    gate off) or never marks the end of the initial events is listed in pages. Off by
+    default: in JSON, what raygate decodes, 1.37 spends 2-3x the CPU on a streaming list
+    that it spends on the same objects' LIST pages (it copies each object out of its
+    watch cache, cache_watcher.go ``getMutableObject``, encodes it, then encodes the
+    event around it again, handlers/response.go ``doEncode``), and the API server's CPU
+    is what a sync waits for (docs/benchmarks.md)."""
+    compression: bool = False
+    """Ask for gzip (``Accept-Encoding``) on LIST pages and streaming lists. kube-apiserver
+    compresses at level 1 what exceeds 128 KiB; over loopback that is CPU spent on both
+    sides of a connection that needed none (docs/benchmarks.md measures it)."""
     min_watch_seconds: float = 1.0
     """A watch that ends with no event sooner than this counts as a failure (backs off),
     so an API server that closes watches at once is not hammered."""
@@ -140,6 +158,9 @@ class WatchLine:
     meta: kube.ObjectMeta | None = None
     """An object that could not be decoded: what its metadata says."""
     problem: str = ""
+    initial_events_end: bool = False
+    """A BOOKMARK that ends a streaming list's initial events (``kube.INITIAL_EVENTS_END``):
+    every object of the kind's state at its resourceVersion has been sent."""
 
 
 class WatchStream(Protocol):
@@ -162,7 +183,11 @@ class Transport(Protocol):
     def list(self, served: Served, limit: int, continue_: str) -> ListPage:
         ...
 
-    def watch(self, served: Served, resource_version: str, timeout_seconds: int) -> WatchStream:
+    def watch(self, served: Served, resource_version: str, timeout_seconds: int, *,
+              initial_events: bool = False) -> WatchStream:
+        """Every change after ``resource_version``; with ``initial_events``, a streaming
+        list: first the state not older than it ("" for the latest, read consistently),
+        one ADDED event per object, then a ``WatchLine.initial_events_end`` BOOKMARK."""
         ...
 
     def close(self) -> None:

@@ -2,10 +2,14 @@
 
 It follows kube-apiserver's protocol as client-go's reflector does:
 
-1. LIST in pages (``limit`` + ``continue``); every page carries the resourceVersion of
-   the one consistent state the pages add up to. The kind's objects in the cache are
-   replaced by the listed ones in one step: readers never see half a list.
-2. WATCH from that version with bookmarks: each change after it, in order.
+1. LIST in pages (``limit`` + ``continue``), every page carrying the resourceVersion of
+   the one consistent state the pages add up to; or, with ``WatchSettings.stream_list``
+   and where the API server serves it, the streaming list (``raygate.server.kube.
+   initial``: a WATCH that sends the state as ADDED events, ended by a bookmark at its
+   resourceVersion). Either way the kind's objects in the cache are replaced by the
+   state's in one step: readers never see half a list.
+2. WATCH from that version with bookmarks (the streaming list's own stream goes on as
+   the watch): each change after it, in order.
 3. A stream that ends — the server's timeout, a dropped connection, a read timeout on a
    silent one — resumes from the last version seen, without a LIST.
 4. ``410 Gone`` (an HTTP status or an ERROR event) means that version has been compacted
@@ -23,17 +27,20 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
-from raygate.contract.logs import about
-from raygate.server.cache import convert
-from raygate.server.cache.keys import POD, RAYCLUSTER, View, object_key
-from raygate.server.cache.snapshot import Snapshot
+from raygate.server.cache.keys import View, object_key
 from raygate.server.cache.sync import KindSync
+from raygate.server.kube.initial import InitialState, StreamRefused, refuses_streaming
+from raygate.server.kube.objects import KindObjects
 from raygate.server.kube.reachability import Reachability
 from raygate.server.kube.resources import Resource, Served
 from raygate.server.kube.transport import (
+    ADDED,
+    BOOKMARK,
+    DELETED,
+    ERROR,
+    MODIFIED,
     ApiError,
     Backoff,
     Gone,
@@ -49,24 +56,18 @@ from raygate.server.kube.transport import (
 from raygate.server.wire import kube
 
 __all__ = [
+    "ADDED",
+    "BOOKMARK",
+    "DELETED",
+    "ERROR",
+    "MODIFIED",
     "KindWatcher",
 ]
 
 log = logging.getLogger("raygate.kube")
 
-ADDED, MODIFIED, DELETED, BOOKMARK, ERROR = "ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"
-
-
-# --- errors -----------------------------------------------------------------------------
-
-
-# --- settings and retry policy ----------------------------------------------------------
-
-
-# --- what the driver talks to -----------------------------------------------------------
-
-
-# --- the driver -------------------------------------------------------------------------
+_Opened = tuple[WatchStream, Iterator[WatchLine]]
+"""A watch stream being read, and where its reading is."""
 
 
 class KindWatcher:
@@ -96,13 +97,14 @@ class KindWatcher:
         self.clock = clock
         self._wait = wait or (lambda seconds: not stop.wait(seconds))
         self.backoff = Backoff(settings.backoff, self.rng)
+        self.objects = KindObjects(resource, sink, status)
         self.reachability = reachability or Reachability(clock)
         """Shared by the watchers of one API server (``LiveSource``): an outage is one
         line, not one per kind and attempt."""
         self.resource_version = ""
         """The last version seen; a watch resumes from it."""
         self._stream: WatchStream | None = None
-        self._listed = False
+        self._listed_once = False
         self._absent_logged = False
 
     @property
@@ -176,10 +178,13 @@ class KindWatcher:
         relist = True
         while not self.stop.is_set():
             try:
+                opened = None
                 if relist:
-                    self._list(served)
+                    opened = self._initial(served)
                     relist = False
-                self._watch(served)
+                    if self.stop.is_set():
+                        return
+                self._watch(served, opened)
             except Gone as exc:
                 # The version is older than the API server's history (etcd compaction,
                 # or an API server restarted with a fresh watch cache): only a new
@@ -190,7 +195,7 @@ class KindWatcher:
                 if self.resource.crd:
                     # The CRD was deleted: its objects went with it.
                     log.info("%s: %s is no longer served (%s)", self.kind, served, exc)
-                    self._listed = False
+                    self._listed_once = False
                     self._mark_absent()
                     self._wait(self.settings.rediscover_seconds)
                     return
@@ -201,6 +206,56 @@ class KindWatcher:
                 self._failed(exc)
                 if not self._backoff():
                     return
+
+    def _initial(self, served: Served) -> _Opened | None:
+        """The kind's state into the cache: by the streaming list, whose stream goes on
+        as the watch (returned open), or by LIST pages (None)."""
+        if self.settings.stream_list:
+            try:
+                return self._stream_list(served)
+            except StreamRefused as exc:
+                log.info("%s: %s; listing in pages", self.kind, exc)
+            except ApiError as exc:
+                if not refuses_streaming(exc):
+                    raise
+                self.reachability.answered()
+                log.info("%s: the streaming list is refused (%s); listing in pages",
+                         self.kind, exc)
+        self._list(served)
+        return None
+
+    def _stream_list(self, served: Served) -> _Opened | None:
+        """Read the initial events to the bookmark that ends them, then replace the kind's
+        objects with them. None when stopping."""
+        self.status.state = "listing"
+        started = self.clock()
+        held = self.sink.current()
+        state = InitialState(self.objects, held)
+        stream = self.transport.watch(served, "", self._timeout(), initial_events=True)
+        self.reachability.answered()
+        self._stream = stream
+        lines = iter(stream)
+        try:
+            for line in lines:
+                if self.stop.is_set():
+                    break
+                self.status.last_event = self.clock()
+                if state.take(line):
+                    self._listed(state.items.values(), state.resource_version, started,
+                                 "streamed")
+                    return stream, lines
+                if self.settings.freeze_gc and state.events % self.settings.page_size == 0:
+                    gc.freeze()  # as after each LIST page (WatchSettings.freeze_gc)
+        except BaseException:
+            self._stream = None
+            stream.close()
+            raise
+        self._stream = None
+        stream.close()
+        if self.stop.is_set():
+            return None
+        raise StreamRefused(f"the streaming list ended after {state.events} events without "
+                            "the bookmark that ends its initial events")
 
     def _list(self, served: Served) -> None:
         self.status.state = "listing"
@@ -224,11 +279,11 @@ class KindWatcher:
             self.reachability.answered()
             self.status.last_event = self.clock()
             for obj in page.items:
-                item = self._item(obj, held)
+                item = self.objects.item(obj, held)
                 if item is not None:
                     items.append(item)
             for meta, problem in page.unreadable:
-                self._unreadable(meta, problem)
+                self.objects.unreadable(meta, problem)
             # Every page of one LIST is cut from the same consistent state; the last
             # page's resourceVersion is the state the pages add up to.
             resource_version, continue_ = page.resource_version, page.continue_
@@ -237,29 +292,41 @@ class KindWatcher:
                 gc.freeze()  # see WatchSettings.freeze_gc
             if not continue_:
                 break
+        self._listed(items, resource_version, started, "listed")
+
+    def _listed(self, items: Iterable[tuple[str, View]], resource_version: str,
+                started: float, how: str) -> None:
+        """The kind's whole state, at ``resource_version``, into the cache in one step."""
+        items = list(items)
         self.sink.replace(self.kind, items, resource_version)
-        if self._listed:
+        if self._listed_once:
             self.status.relists += 1
-        self._listed = True
+        self._listed_once = True
         self.resource_version = resource_version
         self.backoff.reset()
-        log.info("%s: listed %d objects at resourceVersion %s in %.1fs", self.kind, len(items),
-                 resource_version, self.clock() - started)
+        log.info("%s: %s %d objects at resourceVersion %s in %.1fs", self.kind, how,
+                 len(items), resource_version, self.clock() - started)
 
-    def _watch(self, served: Served) -> None:
-        self.status.state = "watching"
+    def _timeout(self) -> int:
         # Like client-go: a random server-side timeout in [min, 2 min) so that the watches
         # of many clients do not all end (and re-open) at once.
-        timeout = int(self.settings.watch_timeout * (1.0 + self.rng.random()))
+        return int(self.settings.watch_timeout * (1.0 + self.rng.random()))
+
+    def _watch(self, served: Served, opened: _Opened | None = None) -> None:
+        self.status.state = "watching"
         started = self.clock()
-        received = 0
-        stream = self.transport.watch(served, self.resource_version, timeout)
-        self.reachability.answered()
+        received = 0 if opened is None else 1  # a streaming list's stream: the state came
+        if opened is None:
+            stream = self.transport.watch(served, self.resource_version, self._timeout())
+            self.reachability.answered()
+            lines: Iterator[WatchLine] = iter(stream)
+        else:
+            stream, lines = opened
         self._stream = stream
         try:
             if self.stop.is_set():  # stopped while the watch was being opened
                 return
-            for line in stream:
+            for line in lines:
                 if self.stop.is_set():
                     return
                 if received == 0:
@@ -280,20 +347,20 @@ class KindWatcher:
         self.status.events[type_] += 1
         if type_ in (ADDED, MODIFIED, DELETED):
             if line.obj is None:
-                self._unreadable(line.meta, line.problem, removed=True)
+                self.objects.unreadable(line.meta, line.problem, removed=True)
                 if line.meta is not None and line.meta.resource_version:
                     self.resource_version = line.meta.resource_version
                 return
             meta = line.obj.metadata
             if meta.resource_version:
                 self.resource_version = meta.resource_version
-            if not self._kept(line.obj):
+            if not self.objects.kept(line.obj):
                 return  # not an object the cache holds, before or after this event
             key = object_key(self.kind, meta.namespace, meta.name, meta.uid)
             # A DELETED event carries the object's last state: its key is all that counts.
             # A version raygate cannot read (view None) removes the one it holds rather
             # than keep answering from a state the object has left.
-            view = None if type_ == DELETED else self._view(line.obj)
+            view = None if type_ == DELETED else self.objects.view(line.obj)
             self.sink.change(self.kind, type_, key, meta.resource_version, view)
         elif type_ == BOOKMARK:
             # A BOOKMARK carries only metadata.resourceVersion: every change up to it has
@@ -307,50 +374,6 @@ class KindWatcher:
             raise api_error(status.code, status.reason, status.message)
         else:
             log.warning("%s: skipping a watch event of unknown type %r", self.kind, type_)
-
-    # --- objects ------------------------------------------------------------------------
-    def _view(self, obj: Any) -> View | None:
-        try:
-            view: View = self.resource.view(obj)
-        except convert.ConversionError as exc:
-            meta = obj.metadata
-            self.status.errors += 1
-            self.status.last_error = f"{meta.namespace}/{meta.name}: {exc}"
-            log.warning("%s %s/%s: cannot read it (%s); leaving it out", self.kind,
-                        meta.namespace, meta.name, exc, extra=about(
-                            namespace=meta.namespace,
-                            pod=meta.name if self.kind == POD else "",
-                            raycluster=meta.name if self.kind == RAYCLUSTER else ""))
-            return None
-        return view
-
-    def _kept(self, obj: Any) -> bool:
-        keep = self.resource.keep
-        return keep is None or keep(obj)
-
-    def _item(self, obj: Any, held: Snapshot) -> tuple[str, View] | None:
-        if not self._kept(obj):
-            return None
-        meta = obj.metadata
-        version = meta.resource_version
-        entry = held.version_of(self.kind, object_key(self.kind, meta.namespace, meta.name,
-                                                      meta.uid))
-        # An object's resourceVersion changes on every write of it: the same version is
-        # the same object, so a re-list keeps the view the cache already has.
-        if entry is not None and version and entry[0] == version:
-            return version, entry[1]
-        view = self._view(obj)
-        return None if view is None else (version, view)
-
-    def _unreadable(self, meta: kube.ObjectMeta | None, problem: str,
-                    removed: bool = False) -> None:
-        self.status.errors += 1
-        self.status.last_error = problem
-        name = f"{meta.namespace}/{meta.name}" if meta is not None else "an object"
-        log.warning("%s %s: cannot read it (%s); leaving it out", self.kind, name, problem)
-        if removed and meta is not None and (meta.name or meta.uid):
-            key = object_key(self.kind, meta.namespace, meta.name, meta.uid)
-            self.sink.change(self.kind, DELETED, key, meta.resource_version, None)
 
     # --- failures -----------------------------------------------------------------------
     def _failed(self, exc: Exception) -> None:

@@ -326,6 +326,30 @@ class WatchEvent(_Base, Generic[T]):
     object: T | None = None
 
 
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+"""The annotation (value "true") on the BOOKMARK that ends a streaming list's initial
+events (``metav1.InitialEventsAnnotationKey``, k8s.io/apimachinery
+pkg/apis/meta/v1/types.go; set by k8s.io/apiserver pkg/storage/util.go
+``AnnotateInitialEventsEndBookmark``)."""
+
+
+class BookmarkMeta(_Base):
+    resource_version: str = ""
+    annotations: dict[str, str] | None = None
+
+
+class Bookmark(_Base):
+    """A BOOKMARK event's object: an empty object of the watched kind but for its
+    ``metadata.resourceVersion`` and, ending a streaming list's initial events, the
+    ``INITIAL_EVENTS_END`` annotation."""
+
+    metadata: BookmarkMeta = msgspec.field(default_factory=BookmarkMeta)
+
+    @property
+    def initial_events_end(self) -> bool:
+        return (self.metadata.annotations or {}).get(INITIAL_EVENTS_END) == "true"
+
+
 class StatusDetails(_Base):
     retry_after_seconds: int | None = None
 
