@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from testbed.cluster import RAYGATE_ACCOUNT, REPO, Testbed
+from testbed.cluster import REPO, Testbed
+from testbed.common import RAYGATE_ACCOUNT
 from testbed.pki import Pki
 from testbed.processes import free_port, wait_for
 

@@ -12,7 +12,8 @@ import urllib.request
 import yaml
 
 from e2e.scenario import wait_until
-from testbed.cluster import RAYGATE_ACCOUNT, RAYGATE_NAMESPACE, REPO, Testbed
+from testbed.cluster import RAYGATE_NAMESPACE, REPO, Testbed
+from testbed.common import RAYGATE_ACCOUNT
 from testbed.processes import free_port, wait_for
 from testbed.webhook import webhook_configuration
 

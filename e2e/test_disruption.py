@@ -33,7 +33,8 @@ from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
 from raygate.plugin.budgets import budget_name
-from testbed.cluster import DEPLOY, RAYGATE_ACCOUNT, REPO, Testbed
+from testbed.cluster import DEPLOY, REPO, Testbed
+from testbed.common import RAYGATE_ACCOUNT
 from testbed.processes import free_port, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -47,7 +47,6 @@ from testbed.api import Api
 from testbed.build import COMPONENTS
 from testbed.common import (
     DEPLOY,
-    RAYGATE_ACCOUNT,
     RAYGATE_NAMESPACE,
     REPO,
     Ports,
@@ -58,8 +57,8 @@ from testbed.common import (
 from testbed.pki import Pki, make_pki
 from testbed.processes import Process, StartError, wait_for
 
-__all__ = ["DEPLOY", "RAYGATE_ACCOUNT", "RAYGATE_NAMESPACE", "REPO", "Testbed", "TestbedError",
-           "binary", "running_testbed"]
+__all__ = ["DEPLOY", "RAYGATE_NAMESPACE", "REPO", "Testbed", "TestbedError", "binary",
+           "running_testbed"]
 
 A = TypeVar("A", bound=AddOn)
 

@@ -238,9 +238,8 @@ def pod_role(pod: PodView, view: ClusterView) -> RoleVerdict:
     """The Ray role of ``pod``, which may be unknown to the cache (kube-scheduler sends pods
     its watch saw before ours): classified from the pod plus what the cache knows of its
     RayCluster and group."""
-    written = written_role(pod) if _live(pod) else None
-    if written is not None and pod.node_name:
-        written = None  # bound: the count decides, written roles first (group_roles)
+    # A bound pod's role is the count's, written roles first (group_roles).
+    written = written_role(pod) if _live(pod) and not pod.node_name else None
     if written is not None:
         return RoleVerdict(written, f"decided once, when raygate first saw it "
                            f"({LABEL_ROLE}={written.value})")

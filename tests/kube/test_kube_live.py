@@ -542,7 +542,7 @@ def test_a_streaming_list_whose_initial_events_never_end_is_listed_in_pages(
 
 def test_the_double_writes_the_initial_events_end_bookmark_as_kube_apiserver() -> None:
     """kube-apiserver 1.37's bytes, read from one (the pods and nodes of a fresh cluster)."""
-    from testkit.apiserver import bookmark_object
+    from testkit.watch_list import bookmark_object
 
     assert bookmark_object(PODS, 208, initial_events_end=True) == (
         b'{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"208","annotations":'
