@@ -44,6 +44,7 @@ WEBHOOK_NAME = "ray-pods.raygate.io"
 """raygate's webhook, as deploy/native-placement names it."""
 RAYGATE_WEBHOOK = "raygate_webhook_duration_seconds"
 RAYGATE_ROUTES = "raygate_request_duration_seconds"
+RAYGATE_EVENTS = "raygate_events"
 WEBHOOK_ROUTE = "/mutate/ray-pods"
 WRITE_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "APPLY": "apply",
                "DELETE": "delete", "DELETECOLLECTION": "deletecollection"}
@@ -57,7 +58,8 @@ WRITERS = {"pods create": "creator", "pods/binding create": "kube-scheduler",
 """Who makes each kind of write in this bench: the bench creating the pods as KubeRay
 would (``creator``), kube-scheduler (binds, its events, the status of a pod it cannot
 place), raygate (a gated pod's release and its stale-refusal annotation are pod patches;
-the floors' PodDisruptionBudgets). Leases are ``background`` (raygate's leader Lease,
+the floors' PodDisruptionBudgets; its own Events, moved from kube-scheduler's by its count,
+``Cost.raygate_events``). Leases are ``background`` (raygate's leader Lease,
 kube-apiserver's own), anything else ``other``."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -259,6 +261,9 @@ class Cost:
     raygate_webhook_mean_ms: float = math.nan
     raygate_webhook_source: str = ""
     """The histogram that was read (``RAYGATE_WEBHOOK``, or ``RAYGATE_ROUTES``'s route)."""
+    raygate_events: float = math.nan
+    """raygate's Event writes per Ray pod (creates and series patches, by its own
+    ``raygate_events_total``): counted in ``writers`` as raygate's, not kube-scheduler's."""
 
 
 def _per_pod(before: Mapping[str, float], after: Mapping[str, float],
@@ -276,6 +281,15 @@ def _raygate_webhook(before: dict[str, str], after: dict[str, str]) -> tuple[str
     return RAYGATE_ROUTES, {"route": WEBHOOK_ROUTE}
 
 
+def event_writes(text: str) -> float:
+    """raygate's Event writes so far (``raygate_events_total``, created and series)."""
+    return sum(sample.value
+               for family in text_string_to_metric_families(_family(text, RAYGATE_EVENTS))
+               for sample in family.samples
+               if sample.name == RAYGATE_EVENTS + "_total"
+               and sample.labels.get("outcome") in ("created", "series"))
+
+
 def cost(before: Reading, after: Reading, pods: int) -> Cost:
     """The cost of ``pods`` Ray pods between two readings."""
     was, now = before.metrics, after.metrics
@@ -284,6 +298,11 @@ def cost(before: Reading, after: Reading, pods: int) -> Cost:
     writers: dict[str, float] = {"total": sum(writes.values())}
     for key, n in writes.items():
         writers[writer(key)] = writers.get(writer(key), 0.0) + n
+    events = ((event_writes(now["raygate"]) - event_writes(was["raygate"])) / pods
+              if was.get("raygate") and now.get("raygate") else math.nan)
+    if events and not math.isnan(events):  # kube-apiserver counts all Events as one
+        writers["kube-scheduler"] = writers.get("kube-scheduler", 0.0) - events
+        writers["raygate"] = writers.get("raygate", 0.0) + events
     scheduler = (client_writes(now["scheduler"]) - client_writes(was["scheduler"])) / pods \
         if was.get("scheduler") and now.get("scheduler") else math.nan
     cpu = {k: 1e3 * (after.cpu[k] - before.cpu.get(k, math.nan)) / pods for k in after.cpu}
@@ -297,4 +316,5 @@ def cost(before: Reading, after: Reading, pods: int) -> Cost:
         webhook_calls=calls / pods,
         raygate_webhook_ms=delta_quantiles(was, now, "raygate", metric, **match),
         raygate_webhook_mean_ms=delta_mean(was, now, "raygate", metric, **match),
-        raygate_webhook_source=metric + "".join(f'{{{k}="{v}"}}' for k, v in match.items()))
+        raygate_webhook_source=metric + "".join(f'{{{k}="{v}"}}' for k, v in match.items()),
+        raygate_events=events)

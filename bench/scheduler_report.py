@@ -158,7 +158,8 @@ def describe(run: Run) -> str:
                f"{100 * reuse:.0f} %")
             + f"; API writes per pod {spent.writers.get('total', math.nan):.2f} "
             f"({', '.join(f'{k} {v:.2f}' for k, v in spent.writes.items())}; kube-scheduler's "
-            f"own count {spent.scheduler_writes:.2f}); CPU s per 1,000 pods raygate / "
+            f"own count {spent.scheduler_writes:.2f}; raygate's Events "
+            f"{spent.raygate_events:.3f}); CPU s per 1,000 pods raygate / "
             f"kube-scheduler / kube-apiserver {cpu}; first/last (s): "
             + ", ".join(f"{k} {a:.1f}/{b:.1f}" for k, (a, b) in run.timeline.items()))
 
@@ -212,7 +213,7 @@ def _cost_medians(costs: list[Cost]) -> dict[str, Any]:
     out: dict[str, Any] = {key: _by_key([getattr(c, key) for c in costs])
                            for key in ("writes", "writers", "cpu")}
     for key in ("seconds", "scheduler_writes", "webhook_mean_ms", "webhook_calls",
-                "raygate_webhook_mean_ms"):
+                "raygate_webhook_mean_ms", "raygate_events"):
         out[key] = median([getattr(c, key) for c in costs])
     for key in ("webhook_ms", "raygate_webhook_ms"):
         out[key] = tuple(median([getattr(c, key)[i] for c in costs]) for i in (0, 1))

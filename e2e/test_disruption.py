@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from e2e import report
+from e2e.events import wait_for_reason
 from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
@@ -98,6 +99,8 @@ def test_drain_stops_at_the_floor_and_budgets_follow_the_cluster(
         n: b.get("status", {}).get("disruptionsAllowed") for n, b in budgets(scenario).items()}
         == {head: 0, base: 2}, timeout=60)
     scenario.step("budgets: head minAvailable 1, base minAvailable 2 (2 disruptions allowed)")
+    written = wait_for_reason(scenario, "RayCluster", "work", "FloorBudgetWritten", count=2)
+    assert {e["related"]["name"] for e in written} == {head, base}
 
     before = on_node(scenario, only)
     floor_ok = sorted(p["metadata"]["name"] for p in scenario.running("headgroup"))

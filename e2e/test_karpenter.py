@@ -27,6 +27,7 @@ import pytest
 
 from e2e import report
 from e2e.admission import RUNNING_OR_GONE, AdmissionRecorder
+from e2e.events import described, wait_for_reason
 from e2e.nodeclaims import NodeClaims
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, raycluster
 from e2e.scenario import Scenario, wait_until
@@ -262,6 +263,10 @@ def test_karpenter_no_instance_type_fits(scenario: Scenario, claims: NodeClaims,
     assert "Karpenter will not launch a node for it" in pod.reason, pod.reason
     group = next(g for g in status.groups if g.name == "big")
     assert group.scale_up.action == "hold" and "Karpenter" in group.scale_up.reason
+    (warned,) = wait_for_reason(scenario, "Pod", worker, "NoNodeComing")
+    assert warned["type"] == "Warning" and warned["note"] in pod.reason, warned
     report.add("karpenter-5-no-fit", scenario.timeline(
         "Karpenter: a 100-CPU worker no instance type fits; raygate says NoNodeComing")
-        + claims.timeline() + admission.table())
+        + claims.timeline() + admission.table()
+        + "\n`kubectl describe pod`:\n\n```\n" + described(scenario, "Pod", worker)
+        + "\n```\n")

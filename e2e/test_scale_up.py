@@ -21,6 +21,7 @@ import pytest
 
 from e2e import report
 from e2e.admission import AdmissionRecorder
+from e2e.events import described, told_reasons, wait_for_reason
 from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.policy import policy_changed
@@ -125,6 +126,11 @@ def test_a_scale_up_is_held_whole_then_released_whole(
             assert releases.of(pods) == [], "one fits, four asked: none may go"
             assert not any(h.deleting for h in overflow(scenario)), "held pods are kept"
             held = admission.status("work")
+            (held_event,) = wait_for_reason(scenario, "RayCluster", "work", "ScaleUpHeld")
+            for name in pods:
+                wait_for_reason(scenario, "Pod", name, "Held")
+            told_held = (described(scenario, "RayCluster", "work")
+                         + "\n\n" + described(scenario, "Pod", pods[0]))
             held_pods = metric(testbed.raygate_url, "raygate_scale_up_held_pods",
                                namespace=scenario.namespace, raycluster="work")
             batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
@@ -133,6 +139,9 @@ def test_a_scale_up_is_held_whole_then_released_whole(
             scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))
             scenario.step("added an 8-CPU node: room for all four")
             bound(scenario, pods, timeout=60)
+            wait_for_reason(scenario, "RayCluster", "work", "ScaleUpReleased")
+            told_released = described(scenario, "Pod", pods[0])
+            told = {name: told_reasons(scenario, "Pod", name) for name in pods}
             decisions = ray.decisions(scenario)
             batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
                              trigger="fits") - batches
@@ -145,10 +154,16 @@ def test_a_scale_up_is_held_whole_then_released_whole(
     assert len(reasons) == 1 and "held together until all fit: 1 of 4" in reasons.pop()
     group = next(g for g in held.groups if g.name == "overflow")
     assert group.scale_up.action == "hold", group
+    # kubectl describe tells the same story: the batch on the RayCluster, each pod's turn.
+    assert "held together until all fit: 1 of 4" in held_event["note"]
+    assert held_event["type"] == "Normal" and held_event["action"] == "HoldScaleUp"
+    assert told == {name: ["Held", "Released"] for name in pods}
     report.add("scale-up-1-held", scenario.timeline(
         "All-or-nothing scale-up, no node autoscaler: the Ray autoscaler asks for four "
         "workers, one fits; raygate holds all four past Ray's timeout, then releases them "
         "in one pass when a node with room comes")
         + "\nraygate's releases:\n\n" + releases.table(pods)
         + per_minute(scenario) + decisions
-        + "\nraygate's admission API about the RayCluster's pods:\n\n" + admission.table())
+        + "\nraygate's admission API about the RayCluster's pods:\n\n" + admission.table()
+        + "\n`kubectl describe` while held:\n\n```\n" + told_held
+        + "\n```\n\nand once released:\n\n```\n" + told_released + "\n```\n")

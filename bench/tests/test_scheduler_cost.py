@@ -188,3 +188,21 @@ def test_the_cost_table() -> None:
     assert row.startswith("| 500 | raygate-native | 50.0 | 100 / 300 | 0 | ")
     assert "pods create 1.00" in row and "pods/binding create 1.00" in row
     assert "7.50 / — / 20.00 / — / — (50.00)" in row
+
+
+def test_raygates_events_are_counted_as_its_writes() -> None:
+    """kube-apiserver counts every Event as one resource; raygate's own count of the Events
+    it wrote (created and series patches, not those folded in memory) moves them to it."""
+    before, after = _readings()
+    plain = cost(before, after, BURST)
+    after.metrics["raygate"] += (
+        "# TYPE raygate_events counter\n"
+        'raygate_events_total{reason="Held",outcome="created"} 8.0\n'
+        'raygate_events_total{reason="Held",outcome="series"} 2.0\n'
+        'raygate_events_total{reason="Held",outcome="folded"} 30.0\n')
+    got = cost(before, after, BURST)
+    assert got.raygate_events == pytest.approx(10 / BURST)
+    assert got.writers["raygate"] == pytest.approx(plain.writers["raygate"] + 10 / BURST)
+    assert got.writers["kube-scheduler"] == pytest.approx(
+        plain.writers["kube-scheduler"] - 10 / BURST)
+    assert got.writers["total"] == plain.writers["total"]

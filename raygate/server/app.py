@@ -17,7 +17,7 @@ import socket
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import grpc
 
@@ -33,7 +33,9 @@ from raygate.server.config.reload import PolicyReloader
 from raygate.server.config.settings import ServeSettings, parse_addr
 from raygate.server.controllers.admitted import AdmittedPods
 from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
+from raygate.server.controllers.outlook import NoNodeComingEvents
 from raygate.server.controllers.placement import NativePlacement, PatchPod
+from raygate.server.controllers.recorder import EventApi, EventRecorder
 from raygate.server.controllers.requeue import Annotate, StaleRefusals
 from raygate.server.fronts.admission.http import admission_routes
 from raygate.server.fronts.admission.service import AdmissionService
@@ -163,7 +165,8 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
         server = build_server(cache, sock, settings.grpc_addr, settings=settings,
                               webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
                               budget_api=budgets, leadership=leadership,
-                              patch_pod=None if transport is None else transport.patch_pod)
+                              patch_pod=None if transport is None else transport.patch_pod,
+                              event_api=transport)
     except ConfigError as exc:  # certificate files that cannot be used
         raise StartupError(f"raygate: {exc}") from None
     if authorizer is not None:
@@ -187,12 +190,13 @@ def build_server(
     budget_api: BudgetApi | None = None,
     patch_pod: PatchPod | None = None,
     leadership: Leadership | None = None,
+    event_api: EventApi | None = None,
 ) -> RaygateServer:
     """Every service over ``cache`` and the routes that serve them, handed to a server
     listening on ``http_sock`` and ``grpc_addr``. ``scheduler``: one with the clock the
     caller chose (every service reads the time from it). ``annotate_pod``,
-    ``budget_api``, ``patch_pod``: the writes raygate makes, None when not made.
-    ``leadership``: the Lease's; None: this replica always leads."""
+    ``budget_api``, ``patch_pod``, ``event_api``: the writes raygate makes, None when not
+    made. ``leadership``: the Lease's; None: this replica always leads."""
     # A registry per server: several servers in one process count apart.
     metrics = Metrics()
     scheduler = scheduler or SchedulerExtender(cache)
@@ -200,10 +204,10 @@ def build_server(
     leadership = leadership or Leadership(None)
     metrics.watch_leadership(leadership)
     admitted = AdmittedPods()  # the webhook's admissions, counted by gated pods' releases
-    stale, budgets, native = _controllers(
+    controllers = _controllers(
         cache, scheduler, metrics, leadership=leadership, settings=settings,
         annotate_pod=annotate_pod, budget_api=budget_api, patch_pod=patch_pod,
-        admitted=admitted)
+        event_api=event_api, admitted=admitted)
     admission = AdmissionService(cache, scheduler.clock)  # one notion of `now`
     explain = ExplainService(cache, scheduler.clock)
     metrics.watch_cache(cache)
@@ -216,30 +220,47 @@ def build_server(
             cache, metrics, place=settings.native_placement == "on",
             marker=settings.webhook_marker == "on", admitted=admitted,
             clock=scheduler.clock).routes(),
-        stale_refusals=stale, native=native, budgets=budgets,
+        **controllers,
         grpc_interceptors=() if authorizer is None else authorizer.grpc_interceptors())
     return RaygateServer(services, http_sock, grpc_addr, settings=settings, webhook=webhook,
                          cert_poll_seconds=cert_poll_seconds)
 
 
+class Controllers(TypedDict):
+    """What follows the cache beside the requests: ``Services``' fields of that name."""
+
+    stale_refusals: StaleRefusals | None
+    budgets: DisruptionBudgets | None
+    native: NativePlacement | None
+    events: EventRecorder | None
+    outlook: NoNodeComingEvents | None
+
+
 def _controllers(
     cache: ClusterCache, scheduler: SchedulerExtender, metrics: Metrics, *,
     leadership: Leadership, settings: ServeSettings, annotate_pod: Annotate | None,
-    budget_api: BudgetApi | None, patch_pod: PatchPod | None, admitted: AdmittedPods,
-) -> tuple[StaleRefusals | None, DisruptionBudgets | None, NativePlacement | None]:
-    """The writers, each None when its write is not made: the stale refusals (asking
-    kube-scheduler to try a pod again, ``requeue.staleRefusals``; filter notes them), the
-    floors' PodDisruptionBudgets (``disruptionBudgets``), and the release of gated pods
-    while this replica leads (whatever ``placement.native`` says, a pod raygate's gate
-    holds is released by it)."""
+    budget_api: BudgetApi | None, patch_pod: PatchPod | None, event_api: EventApi | None,
+    admitted: AdmittedPods,
+) -> Controllers:
+    """The writers, each None when its write is not made (``Services``' fields): the stale
+    refusals (asking kube-scheduler to try a pod again, ``requeue.staleRefusals``; filter
+    notes them), the floors' PodDisruptionBudgets (``disruptionBudgets``), the release of
+    gated pods while this replica leads (whatever ``placement.native`` says, a pod
+    raygate's gate holds is released by it), the Events the leader says and the
+    ``NoNodeComing`` ones among them."""
+    events = None if event_api is None else EventRecorder(
+        event_api, metrics, identity(), leading=leadership.leading)
     stale = scheduler.stale_refusals = None if annotate_pod is None else StaleRefusals(
         cache, scheduler.clock, annotate_pod, metrics)
     budgets = None if budget_api is None else DisruptionBudgets(
-        cache, budget_api, metrics, time.monotonic)
+        cache, budget_api, metrics, time.monotonic, events=events)
     native = None if patch_pod is None else NativePlacement(
         cache, scheduler.clock, patch_pod, metrics, leading=leadership.leading,
-        wait_seconds=settings.placement_wait_seconds, admitted=admitted)
-    return stale, budgets, native
+        wait_seconds=settings.placement_wait_seconds, admitted=admitted, events=events)
+    outlook = None if events is None else NoNodeComingEvents(
+        cache, scheduler.clock, events, leading=leadership.leading)
+    return Controllers(stale_refusals=stale, budgets=budgets, native=native, events=events,
+                       outlook=outlook)
 
 
 def _routes(cache: ClusterCache, metrics: Metrics, scheduler: SchedulerExtender, *,

@@ -29,7 +29,9 @@ from raygate.plugin.config import ConfigError
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
 from raygate.server.controllers.budgets import DisruptionBudgets
+from raygate.server.controllers.outlook import NoNodeComingEvents
 from raygate.server.controllers.placement import NativePlacement
+from raygate.server.controllers.recorder import EventRecorder
 from raygate.server.controllers.requeue import StaleRefusals
 from raygate.server.fronts.admission.service import AdmissionService
 from raygate.server.fronts.admission.servicer import SERVICE_NAME as ADMISSION_SERVICE
@@ -79,6 +81,8 @@ class Services:
     stale_refusals: StaleRefusals | None = None
     native: NativePlacement | None = None
     budgets: DisruptionBudgets | None = None
+    events: EventRecorder | None = None
+    outlook: NoNodeComingEvents | None = None
     grpc_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
 
 
@@ -190,7 +194,7 @@ class RaygateServer:
         """Start what follows the cache's publishes beside the requests: the admission
         statuses (long-polls and Watch streams wait on ``loop``; the cache may publish from
         any thread, and the service hops onto the loop), the stale refusals, the gated
-        pods' releases, the budgets."""
+        pods' releases, the budgets, the Events."""
         services = self.services
         services.admission.attach(loop)
         if services.stale_refusals is not None:
@@ -199,6 +203,10 @@ class RaygateServer:
             services.native.attach(loop)
         if services.budgets is not None:
             services.budgets.start()
+        if services.events is not None:
+            services.events.start()
+        if services.outlook is not None:
+            services.outlook.attach(loop)
 
     def _stop_following_cache(self) -> None:
         services = self.services
@@ -209,6 +217,10 @@ class RaygateServer:
             services.native.close()
         if services.budgets is not None:
             services.budgets.close()
+        if services.outlook is not None:
+            services.outlook.close()
+        if services.events is not None:
+            services.events.close()
 
     async def _follow_health(self, loop: asyncio.AbstractEventLoop,
                              health_servicer: health.aio.HealthServicer

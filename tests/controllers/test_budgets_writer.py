@@ -20,9 +20,11 @@ from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import SnapshotEditor
 from raygate.server.cache.keys import RAYCLUSTER, View
 from raygate.server.controllers.budgets import DisruptionBudgets, manifest
+from raygate.server.controllers.recorder import FINISH_SECONDS, EventRecorder
 from raygate.server.kube.transport import ApiError
 from raygate.server.metrics.registry import Metrics
 from tests.conftest import FakeClock
+from tests.controllers.event_api import FakeEventApi, told
 
 NS = "ray"
 
@@ -88,8 +90,11 @@ class World:
         self.api = api or FakeApi()
         self.clock = FakeClock(0.0)
         self.metrics = Metrics()
+        self.event_api = FakeEventApi()
+        self.events = EventRecorder(self.event_api, self.metrics, "raygate-0",
+                                    clock=self.clock)
         self.writer = DisruptionBudgets(self.cache, self.api, self.metrics, self.clock,
-                                        **options)
+                                        events=self.events, **options)
 
     def upsert(self, *views: View) -> None:
         editor = SnapshotEditor(self.cache.snapshot)
@@ -104,6 +109,12 @@ class World:
 
     def written(self, result: str) -> float:
         return self.metrics.disruption_budget_writes.labels(result).value
+
+    def said(self) -> list[tuple[str, str, str]]:
+        """``(object, reason, note)`` of each Event said so far."""
+        told(self.events, self.event_api)
+        return [(b["regarding"]["name"], b["reason"], b["note"])
+                for b in self.event_api.events.values()]
 
 
 def names(*groups: str, of: str = "rc") -> set[str]:
@@ -130,6 +141,14 @@ def test_startup_lists_once_then_applies_each_floor_and_the_head() -> None:
     assert body["spec"]["selector"] == {"matchLabels": {
         "ray.io/cluster": "rc", "ray.io/node-type": "worker", "ray.io/group": "base"}}
     assert world.written("applied") == 2
+    assert world.said() == [
+        ("rc", "FloorBudgetWritten", f"PodDisruptionBudget {HEAD} keeps 1 pod of group "
+                                     "headgroup from voluntary disruption (its floor)"),
+        ("rc", "FloorBudgetWritten", f"PodDisruptionBudget {BASE} keeps 2 pods of group "
+                                     "base from voluntary disruption (its floor)")]
+    world.upsert(cluster())
+    world.writer.check()
+    assert len(world.said()) == 2, "nothing changed: nothing written, nothing said"
 
 
 def _desired(view: RayClusterView) -> tuple[Any, ...]:
@@ -238,6 +257,9 @@ def test_a_failed_write_is_counted_logged_once_and_retried_with_backoff(
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "403 Forbidden" in warnings[0].getMessage()
     assert getattr(warnings[0], "raycluster", None) == "rc"
+    ((*_, note),) = [e for e in world.said() if e[1] == "FloorBudgetFailed"]
+    assert "403 Forbidden: cannot patch poddisruptionbudgets" in note
+
     # The API answers again: the next try writes, and says so.
     world.api.failure = None
     world.clock.now = 63.0
@@ -246,6 +268,10 @@ def test_a_failed_write_is_counted_logged_once_and_retried_with_backoff(
         world.writer.check()
     assert world.api.floors()[BASE] == 3
     assert any("done now" in r.getMessage() for r in caplog.records)
+    world.clock.now += FINISH_SECONDS  # the series ends: its count is written
+    world.said()
+    (failed,) = [b for b in world.event_api.events.values() if b["type"] == "Warning"]
+    assert failed["series"]["count"] == len(tries), "one Event, counted"
 
 
 def test_a_failure_of_one_cluster_holds_up_no_other() -> None:

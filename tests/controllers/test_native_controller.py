@@ -19,10 +19,12 @@ from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE
 from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.controllers.placement import FAIL_OPEN_AFTER, NativePlacement
+from raygate.server.controllers.recorder import EventRecorder
 from raygate.server.kube.transport import ApiError, TransportError
 from raygate.server.metrics.registry import Metrics
 from testkit.builders import T0_EPOCH, Obj, iso, make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, snapshot_of
+from tests.controllers.event_api import FakeEventApi, told
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -37,6 +39,9 @@ class FakeApi:
         self.calls: list[tuple[str, list[dict[str, Any]]]] = []
         self.fail: Callable[[str], Exception | None] = lambda name: None
         self.lock = threading.Lock()
+        self.events = FakeEventApi()
+        self.said: list[tuple[str, str]] = []
+        """``(object, reason)`` of each Event said, once ``run`` is done."""
 
     def patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
         with self.lock:
@@ -59,14 +64,16 @@ class FakeApi:
 
 def run(api: FakeApi, steps: Callable[[NativePlacement, ClusterCache, FakeClock],
                                       Any], **options: Any) -> Metrics:
+    """``steps`` against a controller; what it says is in ``api.said`` after."""
     metrics = Metrics()
     clock = FakeClock(T0_EPOCH)
+    events = EventRecorder(api.events, metrics, "raygate-0", clock=clock)
 
     async def main() -> None:
         cache = ClusterCache(PolicyConfig(), "test")
         cache.publish(snapshot_of(*api.objects))
         native = NativePlacement(cache, clock, api.patch, metrics, tick_seconds=0.01,
-                                 retry_seconds=0.01, **options)
+                                 retry_seconds=0.01, events=events, **options)
         native.attach(asyncio.get_running_loop())
         try:
             await steps(native, cache, clock)
@@ -74,6 +81,7 @@ def run(api: FakeApi, steps: Callable[[NativePlacement, ClusterCache, FakeClock]
             native.close()
 
     asyncio.run(main())
+    api.said = told(events, api.events)
     return metrics
 
 
@@ -113,6 +121,7 @@ def test_a_burst_is_released_once_each_floor_first() -> None:
             "head-avoids-gpu", "floor-avoids-gpu", "surplus-prefers-cpu")
     assert metrics.placement_releases.labels(
         "floor-avoids-gpu", "required-not-gpu", "released").value == 2
+    assert api.said == [], "released at the first look: its labels say it, no Event"
 
 
 def test_a_replica_that_does_not_lead_writes_nothing() -> None:
@@ -137,6 +146,8 @@ def test_a_pod_of_an_unknown_raycluster_waits_then_goes_as_floor() -> None:
 
     run(api, steps, wait_seconds=10)
     assert {api.pod(n)["metadata"]["labels"][LABEL_ROLE] for n in ("w0", "w1")} == {"floor"}
+    assert sorted(api.said) == [(pod, reason) for pod in ("rc-head", "w0", "w1")
+                                for reason in ("Held", "Released")]
 
 
 def test_refused_writes_are_retried_with_a_backoff_then_released_bare() -> None:
@@ -154,6 +165,7 @@ def test_refused_writes_are_retried_with_a_backoff_then_released_bare() -> None:
     pod = api.pod("w0")
     assert pod["spec"]["schedulingGates"] == [] and "affinity" not in pod["spec"]
     assert pod["metadata"]["labels"][LABEL_RULE] == "failed-open"  # not the rule it lacks
+    assert api.said == [("w0", "ReleasedWithoutRule")]
     assert metrics.placement_releases.labels(
         "floor-avoids-gpu", "required-not-gpu", "failed").value == FAIL_OPEN_AFTER
 
@@ -220,6 +232,10 @@ def test_an_all_or_nothing_scale_up_is_held_then_released_whole_once_it_fits() -
     assert {api.pod(f"w{i}")["metadata"]["labels"][LABEL_ROLE] for i in range(4)} == {"surplus"}
     assert released(metrics, "fits") == 1, "one batch, released once"
     assert held_series(metrics) == {}
+    assert [e for e in api.said if e[0] == "rc"] == [("rc", "ScaleUpHeld"),
+                                                     ("rc", "ScaleUpReleased")]
+    assert sorted(e for e in api.said if e[0] != "rc") == [
+        (f"w{i}", reason) for i in range(4) for reason in ("Held", "Released")]
 
 
 def released(metrics: Metrics, trigger: str) -> float:
@@ -249,6 +265,7 @@ def test_an_all_or_nothing_scale_up_waits_until_it_is_complete() -> None:
 
     run(api, steps)
     assert sorted(name for name, _ in api.calls) == ["w0", "w1", "w2"]
+    assert api.said == [], "a scale-up that goes whole once complete is told nothing"
 
 
 def test_with_a_node_autoscaler_the_scale_up_goes_whole_whatever_fits() -> None:

@@ -39,6 +39,7 @@ from raygate.plugin.admission.pods import (
     PodRule,
     PodStatus,
     derive_pod,
+    no_node_coming,
 )
 from raygate.plugin.admission.states import PENDING_STATES, PodAction, PodState, ScaleUp, is_running
 from raygate.plugin.admission.status import (
@@ -73,4 +74,5 @@ __all__ = [
     "classify_verdict",
     "derive_pod",
     "is_running",
+    "no_node_coming",
 ]

@@ -343,10 +343,8 @@ def pod_facts(pod: PodView, gang: GangFacts, config: PolicyConfig, now: float,
     if scheduled is not None and SKIPPED_FOR_SIBLING in scheduled.message:
         scheduled = siblings.get(pod.group_key.group, scheduled)
     verdict = classify_verdict(scheduled)
-    node = None
-    if view is not None and not pod.node_name and verdict in ASKS_FOR_A_NODE:
-        since = scheduled.last_transition if scheduled is not None else None
-        node = node_signal(pod, view, config, now, since)
+    node = None if view is None else _node_signal(pod, scheduled, verdict, view=view,
+                                                  config=config, now=now)
     return PodFacts(pod, gang.status, gang.capacity, config, now,
                     true_condition(pod, "DisruptionTarget"), scheduled, verdict, node, batch)
 
@@ -364,3 +362,25 @@ def derive_pod(facts: PodFacts) -> tuple[PodStatus, float | None]:
                 rule.reason(facts), rule.since(facts), action, why, rule.name)
             return status, (rule.until(facts) if rule.until is not None else None)
     raise AssertionError("the last rule of POD_RULES applies to every pod")  # pragma: no cover
+
+
+
+def _node_signal(pod: PodView, scheduled: Condition | None, verdict: SchedulerVerdict, *,
+                 view: ClusterView, config: PolicyConfig, now: float) -> NodeSignal | None:
+    """What the node autoscaler said of an unbound pod the scheduler refused."""
+    if pod.node_name or verdict not in ASKS_FOR_A_NODE:
+        return None
+    since = scheduled.last_transition if scheduled is not None else None
+    return node_signal(pod, view, config, now, since)
+
+
+def no_node_coming(pod: PodView, view: ClusterView, config: PolicyConfig,
+                   now: float) -> NodeSignal | None:
+    """What the node autoscaler said of ``pod`` when it says no node will come for it:
+    the pod's ``NoNodeComing`` evidence, read alone (the state needs its gang too)."""
+    if pod.deleted is not None or pod.terminal:
+        return None
+    scheduled = pod.condition("PodScheduled")
+    signal = _node_signal(pod, scheduled, classify_verdict(scheduled), view=view,
+                          config=config, now=now)
+    return signal if signal is not None and signal.outlook is NodeOutlook.NONE_COMING else None

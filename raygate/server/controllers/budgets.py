@@ -24,6 +24,10 @@ counted (``raygate_disruption_budget_writes_total{result="failed"}``), logged on
 cluster and failure (again only when either changes), and that cluster is tried again
 after a delay that doubles from ``backoff_initial`` up to ``backoff_maximum``: never in a
 hot loop. The other clusters go on.
+
+``kubectl describe raycluster`` shows each budget written (``FloorBudgetWritten``: a new
+or changed floor) and each failure (``FloorBudgetFailed``, a warning; a failure that
+repeats is one Event with a count), said by the leader (``controllers.recorder``).
 """
 
 from __future__ import annotations
@@ -36,15 +40,21 @@ from typing import Any, Protocol
 
 from raygate.contract.logs import about
 from raygate.plugin.budgets import LABEL_MANAGED_BY, MANAGED_BY, Budget, desired_budgets
+from raygate.plugin.model import RayClusterView
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
+from raygate.server.controllers.recorder import (
+    RAYCLUSTER_API_VERSION,
+    EventRecorder,
+    Reason,
+    Regarding,
+)
 from raygate.server.metrics.registry import Metrics
 
 __all__ = ["BudgetApi", "DisruptionBudgets", "manifest"]
 
 log = logging.getLogger("raygate.budgets")
 
-RAYCLUSTER_API_VERSION = "ray.io/v1"
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 ClusterKey = tuple[str, str]
@@ -110,7 +120,7 @@ class DisruptionBudgets:
     def __init__(self, cache: ClusterCache, api: BudgetApi, metrics: Metrics,
                  clock: Callable[[], float], *, delay_seconds: float = 0.2,
                  backoff_initial: float = 1.0, backoff_maximum: float = 300.0,
-                 resync_seconds: float = 600.0) -> None:
+                 resync_seconds: float = 600.0, events: EventRecorder | None = None) -> None:
         self.cache = cache
         self.api = api
         self.clock = clock
@@ -119,6 +129,7 @@ class DisruptionBudgets:
         self.backoff_initial = backoff_initial
         self.backoff_maximum = backoff_maximum
         self.resync_seconds = resync_seconds
+        self.events = events
         # Lock-free cells (metrics.registry): this thread is the only one that writes them.
         self._written = {result: metrics.disruption_budget_writes.labels(result)
                          for result in ("applied", "deleted", "failed")}
@@ -250,6 +261,11 @@ class DisruptionBudgets:
             for name, budget in desired.items():
                 if memo.get(name) != budget:
                     self.api.apply_budget(budget.namespace, name, manifest(budget))
+                    self._tell(view, Reason.FLOOR_BUDGET_WRITTEN, (
+                        f"PodDisruptionBudget {name} keeps {budget.min_available} "
+                        f"pod{'s' if budget.min_available != 1 else ''} of group "
+                        f"{budget.group} from voluntary disruption (its floor)"),
+                        Regarding("policy/v1", "PodDisruptionBudget", key[0], name, ""))
                     memo[name] = budget
                     self._written["applied"].inc()
             for name in [n for n in memo if n not in desired]:
@@ -257,6 +273,8 @@ class DisruptionBudgets:
                 del memo[name]
                 self._written["deleted"].inc()
         except Exception as exc:
+            self._tell(view, Reason.FLOOR_BUDGET_FAILED,
+                       f"Writing its floor's PodDisruptionBudgets ({what}) failed: {exc}")
             self._failed(key, what, exc, now, f"writing the disruption budgets of RayCluster "
                          f"{key[0]}/{key[1]} ({what})")
             return
@@ -281,6 +299,11 @@ class DisruptionBudgets:
     def _succeeded(self, key: ClusterKey, subject: str) -> None:
         if self._failures.pop(key, None) is not None:
             log.info("%s: done now", subject, extra=self._fields(key))
+
+    def _tell(self, cluster: RayClusterView, reason: Reason, note: str,
+              budget: Regarding | None = None) -> None:
+        if self.events is not None:
+            self.events.record(Regarding.of_raycluster(cluster), reason, note, related=budget)
 
     @staticmethod
     def _fields(key: ClusterKey) -> dict[str, str]:

@@ -28,6 +28,13 @@ leader: within one lease when a second replica runs.
 
 Decisions run on the server's event loop, as filter does; the patches, blocking calls,
 in a small thread pool.
+
+What ``kubectl describe`` shows (``events``, ``controllers.recorder``): a pod kept waiting
+at the gate is told ``Held`` and why, once, and ``Released`` when it goes; a RayCluster
+whose all-or-nothing scale-up is held, once complete, is told ``ScaleUpHeld`` and, when it
+goes, ``ScaleUpReleased``. A pod released at the first look (the cache was loading when it
+was created, or its scale-up went whole after settling) is told nothing: its labels say
+how it was decided, and a burst costs no Event.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from raygate.contract.logs import about
-from raygate.plugin.model import PodView, Role
+from raygate.plugin.model import PodView, RayClusterView, Role
 from raygate.plugin.native import (
     GATE,
     LABEL_ROLE,
@@ -55,6 +62,7 @@ from raygate.plugin.scale_up import gated_pods, scale_up_batch
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.admitted import AdmittedPods
+from raygate.server.controllers.recorder import EventRecorder, Reason, Regarding
 from raygate.server.kube.transport import ApiError
 from raygate.server.metrics.registry import Metrics
 
@@ -99,7 +107,8 @@ class NativePlacement:
                  metrics: Metrics, *, leading: Callable[[], bool] = lambda: True,
                  wait_seconds: float = 10.0, retry_seconds: float = 1.0,
                  tick_seconds: float = 1.0, workers: int = 8,
-                 admitted: AdmittedPods | None = None) -> None:
+                 admitted: AdmittedPods | None = None,
+                 events: EventRecorder | None = None) -> None:
         self.cache = cache
         self.clock = clock
         self.patch = patch
@@ -125,6 +134,11 @@ class NativePlacement:
         self._stop_following: Callable[[], None] | None = None
         self.admitted = AdmittedPods() if admitted is None else admitted
         """The pods the webhook decided at admission that the snapshot lacks yet."""
+        self.events = events
+        self._told: set[str] = set()
+        """Pods told ``Held``: told ``Released`` when they go."""
+        self._holding: set[_ClusterKey] = set()
+        """Clusters told ``ScaleUpHeld``: told ``ScaleUpReleased`` when it goes."""
         self._patching = ThreadPoolExecutor(max_workers=workers,
                                             thread_name_prefix="raygate-native")
         self._closed = False
@@ -167,6 +181,8 @@ class NativePlacement:
             self._claims.clear()
             self._waiting.clear()
             self._held.clear()
+            self._told.clear()
+            self._holding.clear()
             self._checked = None  # a new term starts from a full look
             self._wake(self.tick_seconds)
             return 0
@@ -196,9 +212,11 @@ class NativePlacement:
             if pod is None or GATE not in pod.scheduling_gates:
                 del self._claims[uid]
                 self._seen.pop(uid, None)
+                self._told.discard(uid)
         for uid in [u for u in self._seen if u not in self._claims and snap.pod(u) is None]:
             del self._seen[uid]
             self._failures.pop(uid, None)
+            self._told.discard(uid)
 
     def _release_cluster(self, snap: Snapshot, key: _ClusterKey, now: float) -> int:
         gated = [p for p in gated_pods(snap, *key) if p.uid not in self._claims]
@@ -208,10 +226,11 @@ class NativePlacement:
         sent = 0
         for pod in gated:
             failures = self._failures.get(pod.uid)
+            unseen = snap.raycluster(*key) is None
             if (failures is not None and failures.retry_at > now) or pod.uid in held or (
-                    snap.raycluster(*key) is None
-                    and now - self._seen[pod.uid] < self.wait_seconds):
+                    unseen and now - self._seen[pod.uid] < self.wait_seconds):
                 self._waiting.add(key)
+                self._tell_held(pod, unseen=unseen, holding=key in self._holding)
                 continue
             self._release(snap, pod, now)
             sent += 1
@@ -223,11 +242,11 @@ class NativePlacement:
         release, and all fit or a node autoscaler runs (``plugin.scale_up``)."""
         self._held.pop(key, None)
         cluster = snap.raycluster(*key)
-        if cluster is None or not cluster.all_or_nothing:
-            return frozenset()
         claimed = {uid: claim.role for uid, claim in self._claims.items()}
-        batch = scale_up_batch(cluster, snap, snap.config, now, claimed)
+        batch = (None if cluster is None or not cluster.all_or_nothing
+                 else scale_up_batch(cluster, snap, snap.config, now, claimed))
         if batch is None:
+            self._tell_scale_up(key, cluster, None, "its held pods are gone")
             return frozenset()
         uids = frozenset(p.uid for p in batch.pods)
         complete_at = (max(self._seen[uid] for uid in uids)
@@ -241,7 +260,10 @@ class NativePlacement:
                      extra=about(namespace=key[0], raycluster=key[1]))
             trigger = "node-autoscaler" if batch.node_autoscaler else "fits"
             self.metrics.scale_up_releases.labels(trigger).inc()
+            self._tell_scale_up(key, cluster, None, batch.reason)
             return frozenset()
+        else:
+            self._tell_scale_up(key, cluster, batch.reason, "")
         self._held[key] = len(uids)
         return uids
 
@@ -270,10 +292,10 @@ class NativePlacement:
                                             pod.name, ops)
         future.add_done_callback(
             partial(self._released, pod, rule=decision.rule.value, native=rule.value,
-                    first_seen=self._seen.get(pod.uid, now)))
+                    first_seen=self._seen.get(pod.uid, now), failed_open=failed_open))
 
     def _released(self, pod: PodView, done: asyncio.Future[None], *, rule: str,
-                  native: str, first_seen: float) -> None:
+                  native: str, first_seen: float, failed_open: bool) -> None:
         """On the loop: count the patch's outcome; a failed one is tried again later."""
         error = None if done.cancelled() else done.exception()
         if done.cancelled():
@@ -284,6 +306,7 @@ class NativePlacement:
         self.metrics.placement_releases.labels(rule, native, result).inc()
         now = self.clock()
         if result == "released":
+            self._tell_released(pod, rule=rule, native=native, failed_open=failed_open)
             # From when it was first seen gated: the snapshot may already show it released.
             self.metrics.placement_gate_seconds.labels().observe(now - first_seen)
             return
@@ -300,3 +323,48 @@ class NativePlacement:
         log.warning("%s: release from raygate's gate answered %s (looked at again in "
                     "%.0fs): %s", pod.ref, result, delay, error,
                     extra=about(namespace=pod.namespace, pod=pod.name))
+
+    # --- Events -------------------------------------------------------------------------
+    def _tell_held(self, pod: PodView, *, unseen: bool, holding: bool) -> None:
+        """``Held``, once: a pod whose RayCluster is unseen, or one of a scale-up held
+        once complete (not one waiting for the scale-up to settle: it goes in a moment)."""
+        if self.events is None or pod.uid in self._told or not (unseen or holding):
+            return
+        self._told.add(pod.uid)
+        why = (f"raygate has not seen RayCluster {pod.ray_cluster} yet: it decides the pod "
+               f"when it does, or releases it as floor within {self.wait_seconds:g}s"
+               if unseen else "its worker group's all-or-nothing scale-up waits to go "
+               "whole (the RayCluster's ScaleUpHeld Event says why)")
+        self.events.record(Regarding.of_pod(pod), Reason.HELD,
+                           f"Held by the scheduling gate {GATE}: {why}")
+
+    def _tell_released(self, pod: PodView, *, rule: str, native: str,
+                       failed_open: bool) -> None:
+        """``Released`` to a pod told ``Held``; ``ReleasedWithoutRule`` to any pod
+        released bare after its releases were refused."""
+        if self.events is None:
+            return
+        if failed_open:
+            reason = Reason.RELEASED_WITHOUT_RULE
+        elif pod.uid in self._told:
+            reason = Reason.RELEASED
+        else:
+            return
+        self.events.record(Regarding.of_pod(pod), reason,
+                           f"Released from {GATE} with the rule {native} ({rule})")
+
+    def _tell_scale_up(self, key: _ClusterKey, cluster: RayClusterView | None,
+                       held: str | None, released: str) -> None:
+        """``ScaleUpHeld`` when a scale-up is held (``held``: why), once; then
+        ``ScaleUpReleased`` when it goes (``released``: why)."""
+        if self.events is None or cluster is None or (held is not None) == (
+                key in self._holding):
+            return
+        if held is not None:
+            self._holding.add(key)
+            self.events.record(Regarding.of_raycluster(cluster), Reason.SCALE_UP_HELD,
+                               f"Held at {GATE}: {held}")
+        else:
+            self._holding.discard(key)
+            self.events.record(Regarding.of_raycluster(cluster), Reason.SCALE_UP_RELEASED,
+                               f"Released: {released}")

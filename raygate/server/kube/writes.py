@@ -1,13 +1,14 @@
 """The few writes raygate makes, as ``KubeTransport``'s methods (a mixin: the transport
 holds the client and the request timeout they use): the stale-refusal annotation of a pod
 (``raygate.server.controllers.requeue``), the release of a gated pod
-(``raygate.server.controllers.placement``) and the floors' PodDisruptionBudgets
-(``raygate.server.controllers.budgets``)."""
+(``raygate.server.controllers.placement``), the floors' PodDisruptionBudgets
+(``raygate.server.controllers.budgets``) and the Events raygate says
+(``raygate.server.controllers.recorder``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import urllib3
@@ -141,3 +142,31 @@ class Writes:
         return [(item.metadata.namespace, item.metadata.name,
                  (item.metadata.labels or {}).get(LABEL_RAYCLUSTER, ""))
                 for item in listing.items or ()]
+
+    # --- Events (raygate.server.controllers.recorder) -----------------------------------
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create an ``events.k8s.io/v1`` Event. Bounded at 5 s: an Event is not worth a
+        longer wait."""
+        self._event_write("CREATE", body["metadata"]["name"], lambda timeout: (
+            k8s.EventsV1Api(self.api).create_namespaced_event(
+                # The client serialises a dict as it is: its model class would only be
+                # turned back into this dict.
+                namespace, cast(Any, dict(body)), _preload_content=False,
+                _request_timeout=(timeout, timeout))))
+
+    def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Merge-patch an Event (its ``series``)."""
+        self._event_write("PATCH", name, lambda timeout: (
+            k8s.EventsV1Api(self.api).patch_namespaced_event(
+                name, namespace, dict(body), _preload_content=False,
+                _content_type="application/merge-patch+json",
+                _request_timeout=(timeout, timeout))))
+
+    def _event_write(self, verb: str, name: str, call: Callable[[float], object]) -> None:
+        try:
+            _finish(call(min(self.request_timeout, 5.0)))
+        except k8s.ApiException as exc:
+            raise _api_failure(exc, f"{verb} event {name}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{verb} event {name}: {exc}") from None

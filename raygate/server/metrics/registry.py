@@ -213,6 +213,14 @@ class Metrics:
             "budget no floor needs any more), failed (logged; that RayCluster is tried "
             "again with a backoff).",
             ["result"]))
+        self.events = self._add(Counter(
+            "raygate_events",
+            "Events (events.k8s.io/v1) raygate said on pods and RayClusters, by reason and "
+            "outcome: created; series (a patch of a repeated Event's count); folded (a "
+            "repeat counted in memory, written with its series' next count); limited (over "
+            "an object's rate limit, dropped); dropped (the queue was full; reason empty); "
+            "failed (the API server refused or was not reached; logged, not tried again).",
+            ["reason", "outcome"]))
 
     def _placement(self) -> None:
         """What the native placement writes: pods decided at admission, gated, released."""
