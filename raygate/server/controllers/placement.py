@@ -262,7 +262,7 @@ class NativePlacement:
             self.metrics.scale_up_releases.labels(trigger).inc()
             self._tell_scale_up(key, cluster, None, batch.reason)
             return frozenset()
-        else:
+        elif not batch.release:
             self._tell_scale_up(key, cluster, batch.reason, "")
         self._held[key] = len(uids)
         return uids
@@ -292,10 +292,11 @@ class NativePlacement:
                                             pod.name, ops)
         future.add_done_callback(
             partial(self._released, pod, rule=decision.rule.value, native=rule.value,
-                    first_seen=self._seen.get(pod.uid, now), failed_open=failed_open))
+                    first_seen=self._seen.get(pod.uid, now), failed_open=failed_open,
+                    told=pod.uid in self._told))
 
     def _released(self, pod: PodView, done: asyncio.Future[None], *, rule: str,
-                  native: str, first_seen: float, failed_open: bool) -> None:
+                  native: str, first_seen: float, failed_open: bool, told: bool) -> None:
         """On the loop: count the patch's outcome; a failed one is tried again later."""
         error = None if done.cancelled() else done.exception()
         if done.cancelled():
@@ -306,7 +307,8 @@ class NativePlacement:
         self.metrics.placement_releases.labels(rule, native, result).inc()
         now = self.clock()
         if result == "released":
-            self._tell_released(pod, rule=rule, native=native, failed_open=failed_open)
+            self._tell_released(pod, rule=rule, native=native, failed_open=failed_open,
+                                told=told)
             # From when it was first seen gated: the snapshot may already show it released.
             self.metrics.placement_gate_seconds.labels().observe(now - first_seen)
             return
@@ -338,15 +340,16 @@ class NativePlacement:
         self.events.record(Regarding.of_pod(pod), Reason.HELD,
                            f"Held by the scheduling gate {GATE}: {why}")
 
-    def _tell_released(self, pod: PodView, *, rule: str, native: str,
-                       failed_open: bool) -> None:
-        """``Released`` to a pod told ``Held``; ``ReleasedWithoutRule`` to any pod
-        released bare after its releases were refused."""
+    def _tell_released(self, pod: PodView, *, rule: str, native: str, failed_open: bool,
+                       told: bool) -> None:
+        """``Released`` to a pod told ``Held`` (``told``: when its release was sent; the
+        snapshot may show it released before the reply comes); ``ReleasedWithoutRule`` to
+        any pod released bare after its releases were refused."""
         if self.events is None:
             return
         if failed_open:
             reason = Reason.RELEASED_WITHOUT_RULE
-        elif pod.uid in self._told:
+        elif told:
             reason = Reason.RELEASED
         else:
             return
