@@ -29,7 +29,7 @@ seen yet.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
@@ -49,6 +49,7 @@ __all__ = [
     "admission_patch",
     "admission_role",
     "decide_at_admission",
+    "gate_removal",
     "native_rule",
     "not_gpu_expressions",
     "places_taken",
@@ -145,14 +146,20 @@ def release_patch(pod: PodView, rule: NativeRule, labels: Mapping[str, str],
     """The JSON Patch that releases ``pod`` (which holds ``GATE``): test that it is still
     that pod, with the gate where the view saw it; remove the gate; write ``rule``'s
     affinity; set ``labels``."""
-    index = pod.scheduling_gates.index(GATE)
-    gate = f"/spec/schedulingGates/{index}"
-    ops: list[dict[str, object]] = [
-        {"op": "test", "path": "/metadata/uid", "value": pod.uid},
+    return gate_removal(pod.uid, pod.scheduling_gates) + _rule_ops(pod, rule, labels, config)
+
+
+def gate_removal(uid: str, gates: Sequence[str]) -> list[dict[str, object]]:
+    """The JSON Patch that removes ``GATE`` from the pod ``uid`` whose scheduling gates
+    are ``gates`` (in order), and nothing else: test that it is still that pod, with the
+    gate where it was seen (a pod made anew, or a gate moved or removed by another writer,
+    fails the whole patch with 422)."""
+    gate = f"/spec/schedulingGates/{list(gates).index(GATE)}"
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
         {"op": "test", "path": f"{gate}/name", "value": GATE},
         {"op": "remove", "path": gate},
     ]
-    return ops + _rule_ops(pod, rule, labels, config)
 
 
 def admission_patch(pod: PodView, rule: NativeRule, labels: Mapping[str, str],

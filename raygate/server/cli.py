@@ -1,5 +1,5 @@
-"""The ``raygate`` command line: ``serve``, ``check``, ``explain`` (``raygate.cli`` is the
-entry point, which adds the admission client's commands)."""
+"""The ``raygate`` command line: ``serve``, ``check``, ``explain``, ``uninstall``
+(``raygate.cli`` is the entry point, which adds the admission client's commands)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def build_parser(*more: Callable[[Subcommands], None]) -> argparse.ArgumentParse
         epilog="raygate COMMAND --help lists each command's flags.")
     parser.add_argument("--version", action="version", version=describe())
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_serve_parser, _check_parser, _explain_parser, *more):
+    for add in (_serve_parser, _check_parser, _explain_parser, _uninstall_parser, *more):
         add(commands)
     return parser
 
@@ -179,6 +179,57 @@ def _explain_parser(commands: Subcommands) -> None:
                          help="text: a table, a row per node; json: the explanation as one "
                               "JSON document, for scripts (default %(default)s)")
     explain.add_argument("--config", metavar="FILE", help="YAML config (offline only)")
+
+
+def _uninstall_parser(commands: Subcommands) -> None:
+    """``raygate uninstall``: what raygate wrote, taken back (the chart's pre-delete hook
+    runs it; docs/operations.md, "Uninstall")."""
+    uninstall = commands.add_parser(
+        "uninstall", help="before or after removing raygate: stop its webhook, release every "
+                          "pod its gate holds, delete its budgets and scale gates, list the "
+                          "RayClusters that name ray-scheduler")
+    uninstall.add_argument("--kubeconfig", metavar="FILE",
+                           help="the cluster (default: in-cluster config, else $KUBECONFIG, "
+                                "else ~/.kube/config)")
+    uninstall.add_argument("--context", metavar="NAME", help="the kubeconfig context")
+    uninstall.add_argument("--webhook-configuration", default="raygate-ray-pods", metavar="NAME",
+                           help="raygate's MutatingWebhookConfiguration, deleted first "
+                                "(default %(default)s; \"\" leaves it)")
+    uninstall.add_argument("--stop", action="append", default=[], metavar="NAMESPACE/DEPLOYMENT",
+                           help="a Deployment that runs raygate: scaled to 0, its pods waited "
+                                "for, before anything is released (repeatable)")
+    uninstall.add_argument("--stop-timeout", type=float, default=120.0, metavar="SECONDS",
+                           help="how long to wait for those pods (default %(default)g); then "
+                                "a warning, and the rest goes on")
+    uninstall.add_argument("--dry-run", action="store_true",
+                           help="write nothing: say what would be done")
+
+
+def _uninstall(args: argparse.Namespace) -> int:
+    from raygate.server.kube.client import (
+        ClusterConfigError,
+        KubeTransport,
+        NoClusterConfig,
+        load_connection,
+    )
+    from raygate.server.uninstall import Options, Uninstall
+
+    stop = [tuple(s.split("/")) for s in args.stop]
+    if any(len(s) != 2 or not all(s) for s in stop):
+        print("raygate: give --stop as NAMESPACE/DEPLOYMENT", file=sys.stderr)
+        return 2
+    try:
+        transport = KubeTransport(load_connection(args.kubeconfig, args.context))
+    except (NoClusterConfig, ClusterConfigError) as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 2
+    options = Options(args.webhook_configuration, tuple((ns, n) for ns, n in stop),
+                      args.stop_timeout, args.dry_run)
+    try:
+        summary = Uninstall(transport, options, sys.stdout, sys.stderr).run()
+    finally:
+        transport.close()
+    return 1 if summary.failures else 0
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -298,6 +349,8 @@ def run(args: argparse.Namespace) -> int:
         return _check(args)
     if args.command == "explain":
         return _explain(args)
+    if args.command == "uninstall":
+        return _uninstall(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

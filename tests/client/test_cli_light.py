@@ -128,6 +128,7 @@ def test_every_command_on_a_bare_install(demo: ServerThread, tmp_path: Path,
         (["check", "--kubeconfig", str(manifest)], *needs_server("check")),
         (["explain", POD, "--demo"], *needs_server("explain")),
         (["explain", POD, "--snapshot", str(manifest)], *needs_server("explain")),
+        (["uninstall", "--dry-run"], *needs_server("uninstall")),
     ]
     answers = run_bare([argv for argv, *_ in cases])
     for (argv, code, out, err), answer in zip(cases, answers, strict=True):

@@ -319,13 +319,15 @@ class KubeTransport(Writes):
                 self._ahead[served.path] = ((limit, token), future)
         return decode_page(data, self._decoders_for(served))
 
-    def list_raw(self, path: str, limit: int = 500) -> Iterator[msgspec.Raw]:
-        """Every item of the collection at ``path``, page by page, left raw for the
-        caller's struct: a LIST read once through (``raygate check``). The watch reads
-        its pages one ``list`` at a time: it starts over when a token expires."""
+    def list_raw(self, path: str, limit: int = 500,
+                 query: Sequence[tuple[str, str]] = ()) -> Iterator[msgspec.Raw]:
+        """Every item of the collection at ``path`` (``query``: its selectors), page by
+        page, left raw for the caller's struct: a LIST read once through (``raygate
+        check``, ``raygate uninstall``). The watch reads its pages one ``list`` at a
+        time: it starts over when a token expires."""
         continue_ = ""
         while True:
-            data = self._page(path, [], limit, continue_, f"LIST {path}")
+            data = self._page(path, query, limit, continue_, f"LIST {path}")
             try:
                 page = RAW_PAGE.decode(data)
             except DECODE_ERRORS as exc:

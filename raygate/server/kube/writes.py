@@ -2,8 +2,10 @@
 holds the client and the request timeout they use): the stale-refusal annotation of a pod
 (``raygate.server.controllers.requeue``), the release of a gated pod
 (``raygate.server.controllers.placement``), the floors' PodDisruptionBudgets
-(``raygate.server.controllers.budgets``) and the Events raygate says
-(``raygate.server.controllers.recorder``)."""
+(``raygate.server.controllers.budgets``), the Events raygate says
+(``raygate.server.controllers.recorder``), and what ``raygate uninstall`` undoes
+(``raygate.server.uninstall``): raygate's webhook configuration, its Deployment's
+replicas, the scale gates it wrote in RayClusters."""
 
 from __future__ import annotations
 
@@ -35,16 +37,28 @@ class _BudgetList(msgspec.Struct):
 _BUDGET_LIST = msgspec.json.Decoder(_BudgetList)
 
 
-def _finish(response: object) -> None:
-    """Read a reply raygate does not use, so its connection goes back to the pool (with
+class _ScaleStatus(msgspec.Struct):
+    selector: str = ""
+
+
+class _Scale(msgspec.Struct):
+    status: _ScaleStatus = msgspec.field(default_factory=_ScaleStatus)
+
+
+_SCALE = msgspec.json.Decoder(_Scale)
+
+
+def _finish(response: object) -> bytes:
+    """Read a reply, so its connection goes back to the pool (with
     ``_preload_content=False`` the client returns urllib3's response, whatever its type
-    hints say)."""
+    hints say); its body, for the few callers that use it."""
     if not isinstance(response, urllib3.BaseHTTPResponse):
-        return
+        return b""
     try:
-        _ = response.data
+        data: bytes = response.data
     finally:
         response.release_conn()
+    return data
 
 
 def _api_failure(exc: k8s.ApiException, what: str) -> Exception:
@@ -170,3 +184,58 @@ class Writes:
             raise _api_failure(exc, f"{verb} event {name}") from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TransportError(f"{verb} event {name}: {exc}") from None
+
+    # --- raygate uninstall (raygate.server.uninstall) ----------------------------------------
+
+    def delete_webhook_configuration(self, name: str) -> bool:
+        """Delete the MutatingWebhookConfiguration ``name``: True, or False when there is
+        none (deleted already, or never installed)."""
+        what = f"DELETE mutatingwebhookconfiguration {name}"
+        return self._delete(what, lambda: k8s.AdmissionregistrationV1Api(
+            self.api).delete_mutating_webhook_configuration(
+                name, _preload_content=False,
+                _request_timeout=(self.request_timeout, self.request_timeout)))
+
+    def scale_to_zero(self, namespace: str, name: str) -> str | None:
+        """Set the Deployment's replicas to 0 (its scale subresource): the label selector
+        of its pods, or None when there is no such Deployment."""
+        what = f"SCALE deployment {namespace}/{name}"
+        try:
+            data = _finish(k8s.AppsV1Api(self.api).patch_namespaced_deployment_scale(
+                name, namespace, {"spec": {"replicas": 0}}, _preload_content=False,
+                _content_type="application/merge-patch+json",
+                _request_timeout=(self.request_timeout, self.request_timeout)))
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _api_failure(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{what}: {exc}") from None
+        try:
+            return _SCALE.decode(data).status.selector
+        except DECODE_ERRORS as exc:
+            raise TransportError(f"{what}: not a Scale: {exc}") from None
+
+    def patch_raycluster(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        """Apply a JSON Patch (RFC 6902) to a RayCluster: all its operations or none."""
+        what = f"PATCH raycluster {namespace}/{name}"
+        try:
+            _finish(k8s.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+                "ray.io", "v1", namespace, "rayclusters", name, ops, _preload_content=False,
+                _content_type="application/json-patch+json",
+                _request_timeout=(self.request_timeout, self.request_timeout)))
+        except k8s.ApiException as exc:
+            raise _api_failure(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{what}: {exc}") from None
+
+    def _delete(self, what: str, call: Callable[[], object]) -> bool:
+        try:
+            _finish(call())
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise _api_failure(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{what}: {exc}") from None
+        return True
