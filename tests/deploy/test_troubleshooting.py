@@ -1,5 +1,6 @@
 """docs/troubleshooting.md says what raygate does: its rules and messages are raygate's,
-and the check that shows raygate in the scheduling path gets the refusal it quotes."""
+the extender's check on kind gets the refusal it quotes, and every block captured from the
+testbed has its output and a step of e2e/test_troubleshooting.py that runs it again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from e2e.doc_capture import blocks
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.placement import Rule
 from raygate.server.cache.cluster import ClusterCache
@@ -55,7 +57,10 @@ def test_the_names_it_uses_are_the_deployments() -> None:
         (ROOT / "deploy/kube-scheduler-second/scheduler.yaml").read_text())
         if o and o["kind"] == "ConfigMap"]
     election = yaml.safe_load(config["data"]["config.yaml"])["leaderElection"]
-    assert set(re.findall(r"get lease ([\w-]+)", PAGE)) == {election["resourceName"]}
+    raygate = yaml.safe_load(yaml.safe_load((ROOT / "deploy/base/configmap.yaml").read_text())
+                             ["data"]["raygate.yaml"])["server"]["leaderElection"]
+    assert set(re.findall(r"get lease ([\w-]+)", PAGE)) == {election["resourceName"],
+                                                            raygate["leaseName"]}
     # The leader's sidecar is forwarded to its HTTP port.
     sidecar = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
                    if c["name"] == "raygate")
@@ -64,9 +69,10 @@ def test_the_names_it_uses_are_the_deployments() -> None:
 
 
 def test_labelling_the_kind_node_gets_the_refusal_it_quotes() -> None:
-    """Step 3 of "in the scheduling path", on the quickstart's example: the kind node
-    labelled a GPU node, one baseline worker deleted, its replacement filtered."""
-    step = _section("Is raygate in the scheduling path?")
+    """The extender's third check, on the quickstart's example: the kind node labelled a
+    GPU node, one baseline worker deleted, its replacement filtered by the extender (a
+    setup without native placement)."""
+    step = _section("The extender: setups without native placement")
     label = next(shlex.split(line)[-1] for line in step.splitlines()
                  if "kubectl label node" in line and line.strip().endswith("=true"))
     key, value = label.split("=")
@@ -96,3 +102,15 @@ def test_labelling_the_kind_node_gets_the_refusal_it_quotes() -> None:
     finally:
         server.stop()
     assert reply["FailedAndUnresolvableNodes"] == {"kind-control-plane": quoted}
+
+
+def test_every_captured_block_has_its_output_and_its_step() -> None:
+    """A block added to the page is captured from the testbed
+    (``RAYGATE_CAPTURE_DOCS=1``) and run again by a step of the e2e scenario."""
+    scenario = (ROOT / "e2e" / "test_troubleshooting.py").read_text()
+    captured = blocks(PAGE)
+    assert len(captured) >= 10
+    for name, block in captured.items():
+        assert block.commands, name
+        assert any(output.strip() for output in block.outputs), f"{name}: not captured"
+        assert f'"{name}"' in scenario, f"no step of e2e/test_troubleshooting.py runs {name}"
