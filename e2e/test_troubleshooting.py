@@ -196,7 +196,9 @@ def test_the_pages_steps_on_the_real_components(testbed: Testbed, page: Page,
     page.step("scale-up")
     wait_until("the 3 new overflow workers held at raygate's gate, the batch's reason "
                "given", lambda: held(testbed, reader) == 3, timeout=60)
-    for step in ("gated", "marker", "extender"):
+    page.step("gated")
+    wait_until("raygate's Events of the held scale-up", lambda: told(testbed), timeout=30)
+    for step in ("held-events", "marker", "extender"):
         page.step(step)
     assert page.missing() == [], "blocks of the page no step ran"
     done = "captured anew" if CAPTURE else "matched"
@@ -251,3 +253,11 @@ def ca_not_the_webhooks(testbed: Testbed) -> None:
         if p["metadata"]["name"] not in before
         and LABEL_ROLE not in p["metadata"]["labels"]], timeout=60)
 
+
+
+def told(testbed: Testbed) -> bool:
+    """raygate said the scale-up is held, on the RayCluster and on each of its pods."""
+    said = [(e["regarding"]["kind"], e["reason"]) for e in testbed.api().items(
+        f"/apis/events.k8s.io/v1/namespaces/{NS}/events")
+        if e.get("reportingController") == "raygate.io/raygate"]
+    return ("RayCluster", "ScaleUpHeld") in said and said.count(("Pod", "Held")) == 3

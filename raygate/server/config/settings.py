@@ -113,9 +113,9 @@ class ServeSettings:
     poddisruptionbudgets). Never written with ``--demo`` or snapshots: no cluster."""
 
     native_placement: str = "on"
-    """on | off: the webhook gates each new CPU-only Ray pod (``raygate.io/placement``) and
-    raygate releases it with its placement as node affinity, which node autoscalers,
-    drains and every scheduler read (needs patch on pods). Whatever this says, raygate
+    """on | off: the webhook writes each new Ray pod's placement as node affinity in its
+    create, which node autoscalers, drains and every scheduler read; it gates a pod
+    (``raygate.io/placement``) only where the decision must wait (needs patch on pods). Whatever this says, raygate
     releases every pod its gate holds."""
     placement_wait_seconds: float = 10.0
     """How long a gated pod waits for its RayCluster (another watch, in no set order with
