@@ -1,5 +1,6 @@
-"""Kueue on the testbed: its controller manager (one binary, ``kueue``), with the RayCluster
-integration on, as ``deploy/kueue`` expects it installed next to ``ray-scheduler``.
+"""Kueue on the testbed: its controller manager (one binary, ``kueue``), with its Ray
+integrations on as Kueue ships them (``ray.io/rayjob``, ``ray.io/rayservice``,
+``ray.io/raycluster``), as ``deploy/kueue`` expects it installed next to ``ray-scheduler``.
 
 Its CRDs are installed with the testbed's own; ``start_kueue`` starts the add-on ``Kueue``
 on a running testbed (the first Kueue scenario does); it stops with the testbed. What it sets up, as
@@ -12,12 +13,19 @@ Kueue's own manifests (``config/default``) do in a cluster, minus the Service an
   too, where a pod would have the Secret mounted;
 - the conversion webhook of the five CRDs Kueue converts (v1beta1 <-> v1beta2);
 - the mutating and validating webhook configurations of Kueue's manifests, the
-  RayCluster's and Kueue's own objects' webhooks only (no pod, Job or Deployment
-  webhooks: no scenario runs those, and a pod webhook would sit in front of every pod of
-  every scenario). Each calls the manager on loopback by URL (there is no Service);
-- the manager under the admin's kubeconfig, leader election off, the visibility API off
-  (an aggregated API server needs a Service), ``ElasticJobsViaWorkloadSlices`` on (the
-  gate raygate's docs tell operators to turn on for autoscaled RayClusters).
+  RayJob's, RayService's and RayCluster's webhooks and Kueue's own objects' only (no pod,
+  Job or Deployment webhooks: no scenario runs those, and a pod webhook would sit in front
+  of every pod of every scenario). Each calls the manager on loopback by URL (there is no
+  Service);
+- the manager under the admin's kubeconfig (so no RBAC of Kueue's: ``config/components/
+  rbac`` grants its account rayjobs, rayservices and rayclusters and their status, which
+  the admin has), leader election off, the visibility API off (an aggregated API server
+  needs a Service), ``ElasticJobsViaWorkloadSlices`` on (the gate raygate's docs tell
+  operators to turn on for autoscaled RayClusters).
+
+With the RayJob and RayService integrations on, Kueue queues a RayJob (or RayService) as
+one Workload the RayJob owns, and leaves the RayCluster KubeRay makes for it alone (its
+parent is managed: ``jobframework``'s ``IsOwnerManagedByKueue``).
 """
 
 from __future__ import annotations
@@ -117,12 +125,18 @@ def _crds(base_url: str, ca_bundle: str) -> list[dict[str, Any]]:
     return crds
 
 
+RAY_KINDS = (["rayjobs"], ["rayservices"], ["rayclusters"])
+"""Kueue's Ray integrations, as its Configuration turns them on (``FRAMEWORKS``)."""
+FRAMEWORKS = ["ray.io/rayjob", "ray.io/rayservice", "ray.io/raycluster"]
+
+
 def _kept(webhook: dict[str, Any]) -> bool:
-    """The RayCluster's webhooks and those of Kueue's own objects."""
+    """The RayJob's, RayService's and RayCluster's webhooks and those of Kueue's own
+    objects."""
     rules = webhook.get("rules") or []
     return bool(rules) and all(
         rule["apiGroups"] == ["kueue.x-k8s.io"]
-        or (rule["apiGroups"] == ["ray.io"] and rule["resources"] == ["rayclusters"])
+        or (rule["apiGroups"] == ["ray.io"] and rule["resources"] in RAY_KINDS)
         for rule in rules)
 
 
@@ -137,7 +151,7 @@ def _webhook_configurations(base_url: str, ca_bundle: str) -> list[dict[str, Any
             path = webhook["clientConfig"]["service"]["path"]
             webhook["clientConfig"] = {"url": f"{base_url}{path}", "caBundle": ca_bundle}
         if not webhooks:
-            raise TestbedError(f"{manifests}: no RayCluster or Kueue webhook in "
+            raise TestbedError(f"{manifests}: no Ray or Kueue webhook in "
                                f"{document['metadata']['name']}")
         document["metadata"] = {"name": f"kueue-{document['metadata']['name']}"}
         document["webhooks"] = webhooks
@@ -164,7 +178,7 @@ def configuration(cert_dir: Path, health: int, metrics: int, webhook: int) -> di
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": True, "webhookServiceName": SERVICE,
                                    "webhookSecretName": SECRET},
-        "integrations": {"frameworks": ["ray.io/raycluster"]},
+        "integrations": {"frameworks": FRAMEWORKS},
         "featureGates": {"VisibilityOnDemand": False, "ElasticJobsViaWorkloadSlices": True},
     }
 

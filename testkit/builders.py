@@ -232,6 +232,18 @@ class RayClusterBuilder:
         self._obj["metadata"].setdefault("annotations", {})[key] = value
         return self
 
+    def label(self, key: str, value: str) -> Self:
+        self._obj["metadata"].setdefault("labels", {})[key] = value
+        return self
+
+    def owned_by(self, kind: str, name: str) -> Self:
+        """Made by ``kind`` ``name`` (a RayJob, a RayService), its controller owner."""
+        ns = self._obj["metadata"]["namespace"]
+        self._obj["metadata"]["ownerReferences"] = [{
+            "apiVersion": "ray.io/v1", "kind": kind, "name": name,
+            "uid": uid_for(kind, ns, name), "controller": True}]
+        return self
+
     def group(self, name: str, *, replicas: int | None = None, min: int = 0,
               max: int | None = None, hosts: int | None = None,
               cpu: str = "1", gpu: str | None = None) -> Self:

@@ -104,11 +104,11 @@ class WorkloadBuilder:
             "status": {},
         }
 
-    def owned_by(self, cluster: str) -> Self:
+    def owned_by(self, owner: str, kind: str = "RayCluster") -> Self:
         ns = self._obj["metadata"]["namespace"]
         self._obj["metadata"]["ownerReferences"] = [{
-            "apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
-            "uid": uid_for("RayCluster", ns, cluster), "controller": True}]
+            "apiVersion": "ray.io/v1", "kind": kind, "name": owner,
+            "uid": uid_for(kind, ns, owner), "controller": True}]
         return self
 
     def condition(self, type_: str, status: str, reason: str = "", message: str = "",

@@ -49,9 +49,8 @@ LABEL_GROUP = "ray.io/group"
 # both, the annotation first); raygate honours it under every scheduler.
 ANNOTATION_PREEMPTABLE = "volcano.sh/preemptable"
 # Go's strconv.ParseBool, which Volcano parses the value with.
-_GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
-             "0": False, "f": False, "F": False, "FALSE": False, "false": False,
-             "False": False}
+_GO_BOOLS = {**dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+             **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False)}
 # The DisruptionTarget reason kube-scheduler writes on the victims of its preemptions;
 # Volcano writes the same.
 PREEMPTION_REASON = "PreemptionByScheduler"
@@ -230,6 +229,7 @@ class RayClusterView:
     labels: Mapping[str, str] = field(default_factory=lambda: _NO_LABELS)
     all_or_nothing: bool = False
     """Annotated ``raygate.io/scale-up: all-or-nothing`` (``raygate.plugin.scale_up``)."""
+    owner: OwnerRef | None = None  # the controller owner: a RayJob's, a RayService's
 
     def worker_group(self, name: str) -> WorkerGroupSpec | None:
         for group in self.worker_groups:
@@ -374,7 +374,7 @@ class ClusterView(Protocol):
         ...
 
     def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
-        """Kueue Workloads whose controller owner is the RayCluster ``cluster``."""
+        """Kueue Workloads owned by the RayCluster, else by its owner (RayJob, RayService)."""
         ...
 
     def pod_event(self, uid: str) -> PodEventView | None:

@@ -3,6 +3,8 @@ exactly those derived from scratch; a reloaded policy re-classifies every object
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from raygate.plugin.admission import admission_statuses
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.model import (
+    Condition,
     GroupKey,
     NodeView,
     OwnerRef,
@@ -66,9 +69,46 @@ def test_an_edit_names_what_it_changed(
     assert edited(BASE, *views).changes == Changes(frozenset(clusters), frozenset(podgroups))
 
 
-def test_a_preemption_record_changes_its_cluster_even_after_the_pod_is_gone() -> None:
-    from dataclasses import replace
+JOB = OwnerRef("RayJob", "j0", "rj-j0")
+JOBS_CLUSTER = RayClusterView("ray", "c0", "rc-c0", owner=JOB,
+                              worker_groups=(WorkerGroupSpec("g0", replicas=1),))
+WITH_JOBS_CLUSTER = edited(BASE, JOBS_CLUSTER)
+EVICTED = (Condition("QuotaReserved", "True", "QuotaReserved"),
+           Condition("Admitted", "True", "Admitted"), Condition("Evicted", "True", "Preempted"))
 
+
+@pytest.mark.parametrize(("views", "clusters"), [
+    pytest.param((WorkloadView("ray", "rayjob-j0", JOB),), {("ray", "c0")},
+                 id="a RayJob's Workload the cluster the RayJob made"),
+    pytest.param((WorkloadView("ray", "rayjob-j1", OwnerRef("RayJob", "j1", "rj-j1")),),
+                 set(), id="a Workload of an owner with no cluster changes none"),
+    pytest.param((replace(JOBS_CLUSTER, owner=OwnerRef("RayJob", "j1", "rj-j1")),),
+                 {("ray", "c0")}, id="a cluster's new owner the cluster"),
+])
+def test_an_owners_workload_changes_the_cluster_it_made(
+    views: tuple[View, ...], clusters: set[tuple[str, str]]
+) -> None:
+    assert edited(WITH_JOBS_CLUSTER, *views).changes == Changes(frozenset(clusters),
+                                                                frozenset())
+
+
+def test_kueue_evicting_a_rayjob_reaches_the_status_of_its_cluster() -> None:
+    """The cached status of the RayJob's cluster is derived again when the RayJob's
+    Workload changes: admitted, then not from the eviction on."""
+    cache = ClusterCache(CONFIG, "test")
+    service = AdmissionService(cache, lambda: T0_EPOCH + 1000.0)
+    cache.publish(WITH_JOBS_CLUSTER)
+    assert service.get("ray", "c0").status.gang.source is None
+    admitted = WorkloadView("ray", "rayjob-j0", JOB, EVICTED[:2])
+    cache.publish(edited(cache.snapshot, admitted))
+    gang = service.get("ray", "c0").status.gang
+    assert (gang.admitted, gang.source and gang.source.name) == (True, "rayjob-j0")
+    cache.publish(edited(cache.snapshot, replace(admitted, conditions=EVICTED)))
+    assert (service.get("ray", "c0").status.gang.phase,
+            service.get("ray", "c0").status.gang.admitted) == ("Evicted", False)
+
+
+def test_a_preemption_record_changes_its_cluster_even_after_the_pod_is_gone() -> None:
     from tests.cache.test_cache_edit import DISRUPTED
     pod = replace(ray_pod("a", "c0", node_name="gpu-0"), conditions=(DISRUPTED,))
     snap = edited(BASE, pod)
@@ -176,7 +216,6 @@ def test_with_nobody_waiting_statuses_are_built_when_read(
     logged (and derived) when the next reader comes, not at the publish."""
     import asyncio
     import logging
-    from dataclasses import replace
 
     cluster = RayClusterView("ray", "c0", "rc-c0",
                              worker_groups=(WorkerGroupSpec("g0", replicas=1),))

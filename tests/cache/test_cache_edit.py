@@ -85,16 +85,22 @@ pods = st.builds(
     st.sampled_from(("Pending", "Running", "Running", "Succeeded")),
     st.sampled_from((False, False, False, True)), st.booleans(), st.integers(0, 100),
 )
+# Owners: a RayCluster (by name), a RayJob or RayService of its own or shared, a kind raygate
+# does not know, none; the Workload of an owner may come before or after its RayCluster.
+OWNERS = (None, OwnerRef("RayJob", "j0", "rj-j0"), OwnerRef("RayJob", "j1", "rj-j1"),
+          OwnerRef("RayService", "s0", "rs-s0"), OwnerRef("AppWrapper", "a0", "aw-a0"))
 rayclusters = st.builds(
-    lambda name, replicas, auto: RayClusterView(
+    lambda name, replicas, auto, owner: RayClusterView(
         "ray", name, f"rc-{name}", autoscaling=auto,
         worker_groups=(WorkerGroupSpec("g0", replicas=replicas, min_replicas=1),
-                       WorkerGroupSpec("g1", replicas=replicas, max_replicas=4))),
-    st.sampled_from(CLUSTERS), st.integers(0, 4), st.booleans())
+                       WorkerGroupSpec("g1", replicas=replicas, max_replicas=4)),
+        owner=owner),
+    st.sampled_from(CLUSTERS), st.integers(0, 4), st.booleans(), st.sampled_from(OWNERS))
 workloads = st.builds(
     lambda i, owner: WorkloadView(
-        "ray", f"wl-{i}", OwnerRef("RayCluster", owner, f"rc-{owner}") if owner else None),
-    st.integers(0, 2), st.none() | st.sampled_from(CLUSTERS))
+        "ray", f"wl-{i}", OwnerRef("RayCluster", owner, f"rc-{owner}")
+        if isinstance(owner, str) else owner),
+    st.integers(0, 3), st.sampled_from((*CLUSTERS, *OWNERS)))
 podgroups = st.builds(lambda name, n: PodGroupView("ray", f"ray-{name}-pg", "Running", n),
                       st.sampled_from(CLUSTERS), st.integers(0, 5))
 gang_groups = st.builds(lambda name, n: GangGroupView("ray", f"{name}-cluster", n),
@@ -175,6 +181,9 @@ def assert_same_answers(edited: Snapshot, built: Snapshot) -> None:
             assert plain(built.preemptions(key)) <= plain(edited.preemptions(key))
     assert sorted(r.name for r in edited.rayclusters()) == sorted(
         r.name for r in built.rayclusters())
+    # The owner indexes hold exactly what a whole build holds, whatever the order.
+    for index in ("workloads_of", "workloads_by_owner", "clusters_by_owner"):
+        assert getattr(edited.indexes, index) == getattr(built.indexes, index), index
 
 
 @settings(max_examples=150, deadline=None)

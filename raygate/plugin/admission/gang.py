@@ -38,7 +38,8 @@ class GangStatus:
     """PodGroup ``status.phase`` as Volcano wrote it; for a Workload, its conditions read
     as one word (Finished, Admitted, Evicted, QuotaReserved or Pending); "" for none."""
     admitted: bool
-    """PodGroup Running; Workload ``Admitted=True``; always true with no gang source."""
+    """PodGroup Running; Workload ``Admitted=True``; true with no gang source, unless a
+    RayJob's or RayService's Workload is not known yet (``_not_known_yet``)."""
     min_member: int
     """PodGroup ``spec.minMember``; for a Workload, the pods of its pod sets as Kueue builds
     them (head + Σ replicas × numOfHosts); 0 with no gang source."""
@@ -197,6 +198,35 @@ def _workload_gang(wl: WorkloadView, cluster: RayClusterView, running: int) -> G
                                 running, reason), None)
 
 
+KUEUE_JOBS = frozenset({"RayJob", "RayService"})
+"""The owners whose Workload admits the RayCluster they make (Kueue's ``ray.io/rayjob`` and
+``ray.io/rayservice`` integrations, on as Kueue ships)."""
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def workload_of(wl: WorkloadView, cluster: RayClusterView) -> bool:
+    """Is ``wl`` this RayCluster's (owned by it or by its owner)? A Workload left by a
+    deleted RayCluster (or RayJob) of the same name has another owner UID."""
+    uid = wl.owner.uid if wl.owner is not None else ""
+    if not uid:
+        return True
+    if wl.owner is not None and wl.owner.kind == "RayCluster":
+        return not cluster.uid or uid == cluster.uid
+    return cluster.owner is not None and uid == cluster.owner.uid
+
+
+def _not_known_yet(cluster: RayClusterView, running: int) -> GangFacts | None:
+    """A RayCluster of a RayJob or RayService queued in Kueue (KubeRay copies the owner's
+    labels onto the cluster it makes) whose Workload raygate has not seen: not admitted
+    until it has (the Workload's watch event may come after the RayCluster's)."""
+    owner, queue = cluster.owner, cluster.labels.get(QUEUE_LABEL)
+    if owner is None or owner.kind not in KUEUE_JOBS or not queue:
+        return None
+    reason = (f"{owner.kind} {cluster.namespace}/{owner.name} is queued in Kueue "
+              f"(LocalQueue {queue}); its Workload is not known yet")
+    return GangFacts(GangStatus(None, "Pending", False, 0, running, reason), None)
+
+
 def _pick_workload(workloads: Iterable[WorkloadView]) -> WorkloadView | None:
     """Of several Workloads (elastic slices), the live one: not Finished (an old slice
     is Finished with WorkloadSliceReplaced), admitted first, then by name."""
@@ -231,13 +261,13 @@ def gang_of(cluster: RayClusterView, pods: tuple[PodView, ...], view: ClusterVie
               if (g := view.gang_group(cluster.namespace, name)) is not None]
     if groups:
         return _gang_groups_gang(groups, running)
-    workload = _pick_workload(
-        wl for wl in view.workloads_of(cluster.namespace, cluster.name)
-        # A Workload left by a deleted RayCluster of the same name is not this one's.
-        if not (wl.owner is not None and wl.owner.uid and cluster.uid
-                and wl.owner.uid != cluster.uid))
+    workload = _pick_workload(wl for wl in view.workloads_of(cluster.namespace, cluster.name)
+                              if workload_of(wl, cluster))
     if workload is not None:
         return _workload_gang(workload, cluster, running)
+    unknown = _not_known_yet(cluster, running)
+    if unknown is not None:
+        return unknown
     if cluster.suspended:
         # Kueue suspends a queued RayCluster, and keeps it suspended while it replaces
         # the Workload (a non-elastic cluster rescaled): nothing runs until resumed.

@@ -291,6 +291,7 @@ def raycluster_view(rc: kube.RayCluster, path: str = "$") -> RayClusterView:
         labels=rc.metadata.labels or {},
         all_or_nothing=(rc.metadata.annotations is not None
                         and rc.metadata.annotations.scale_up == ALL_OR_NOTHING),
+        owner=_controller(rc.metadata.owner_references),
     )
 
 

@@ -43,6 +43,13 @@ from raygate.server.cache.keys import (
     pod_key,
 )
 from raygate.server.cache.maps import _Flat, _Nested
+from raygate.server.cache.owners import (
+    index_raycluster,
+    index_workload,
+    touched_clusters,
+    unindex_raycluster,
+    unindex_workload,
+)
 from raygate.server.cache.records import fix_on, forget_before
 from raygate.server.cache.snapshot import Changes, Snapshot, _serials
 
@@ -112,7 +119,7 @@ class SnapshotEditor:
         elif isinstance(view, NodeView):
             self._upsert_node(view, resource_version)
         elif isinstance(view, RayClusterView):
-            self._indexes.rayclusters.set((view.namespace, view.name), (resource_version, view))
+            self._upsert_raycluster(view, resource_version)
         elif isinstance(view, PodGroupView):
             self._indexes.podgroups.set((view.namespace, view.name), (resource_version, view))
         elif isinstance(view, GangGroupView):
@@ -151,10 +158,13 @@ class SnapshotEditor:
             old_wl = self._indexes.workloads.pop(namespaced)
             if old_wl is None:
                 return False
-            self._unindex_workload(namespaced, old_wl[1])
+            unindex_workload(self._indexes, namespaced, old_wl[1])
             return True
         if kind == RAYCLUSTER:
-            return self._indexes.rayclusters.pop(namespaced) is not None
+            old_rc = self._indexes.rayclusters.pop(namespaced)
+            if old_rc is not None:
+                unindex_raycluster(self._indexes, namespaced, old_rc[1])
+            return old_rc is not None
         if kind == GANGGROUP:
             return self._indexes.gang_groups.pop(namespaced) is not None
         return self._indexes.podgroups.pop(namespaced) is not None
@@ -220,7 +230,7 @@ class SnapshotEditor:
         return snap
 
     def _changes(self) -> Changes:
-        clusters = set(self._indexes.by_cluster.touched) | self._indexes.workloads_of.touched
+        clusters = set(self._indexes.by_cluster.touched) | touched_clusters(self._indexes)
         clusters.update(cast(set[ClusterKey], self._indexes.rayclusters.touched))
         clusters.update((g.namespace, g.cluster)
                         for g in cast(set[GroupKey], self._indexes.preemptions.touched))
@@ -364,27 +374,22 @@ class SnapshotEditor:
                     self._indexes.scheduled.pop(group)
         # Preemption records stay: the thrash guard needs them after the pod is gone.
 
-    # --- workloads ----------------------------------------------------------------------
-    @staticmethod
-    def _owner_cluster(view: WorkloadView) -> tuple[str, str] | None:
-        if view.owner is not None and view.owner.kind == "RayCluster":
-            return (view.namespace, view.owner.name)
-        return None
+    # --- workloads and who owns them (``owners``) ------------------------------------
+    def _upsert_raycluster(self, view: RayClusterView, resource_version: str) -> None:
+        key = (view.namespace, view.name)
+        old = self._indexes.rayclusters.get(key)
+        if old is not None:
+            unindex_raycluster(self._indexes, key, old[1])
+        self._indexes.rayclusters.set(key, (resource_version, view))
+        index_raycluster(self._indexes, key, view)
 
     def _upsert_workload(self, view: WorkloadView, resource_version: str) -> None:
         key = (view.namespace, view.name)
         old = self._indexes.workloads.get(key)
         if old is not None:
-            self._unindex_workload(key, old[1])
+            unindex_workload(self._indexes, key, old[1])
         self._indexes.workloads.set(key, (resource_version, view))
-        owner = self._owner_cluster(view)
-        if owner is not None:
-            self._indexes.workloads_of.add(owner, key, view)
-
-    def _unindex_workload(self, key: tuple[str, str], view: WorkloadView) -> None:
-        owner = self._owner_cluster(view)
-        if owner is not None:
-            self._indexes.workloads_of.remove(owner, key)
+        index_workload(self._indexes, key, view)
 
     # --- preemption records -------------------------------------------------------------
     def _add_record(self, record: PreemptionRecord) -> None:

@@ -85,6 +85,13 @@ class Indexes:
     workloads_of: Map[ClusterKey, Map[NamespacedKey, WorkloadView]] = field(
         default=_EMPTY, metadata=_NESTED)
     """Workloads by the RayCluster that owns them."""
+    workloads_by_owner: Map[str, Map[NamespacedKey, WorkloadView]] = field(
+        default=_EMPTY, metadata=_NESTED)
+    """Workloads by their controller owner's UID (a RayJob's, a RayService's)."""
+    clusters_by_owner: Map[str, Map[ClusterKey, RayClusterView]] = field(
+        default=_EMPTY, metadata=_NESTED)
+    """RayClusters by their controller owner's UID: a Workload of that owner changes their
+    admission (``owners``)."""
     events_of: Map[str, Map[NamespacedKey, PodEventView]] = field(default=_EMPTY, metadata=_NESTED)
     """Pod events by pod UID."""
     deviceclasses: Map[str, Entry[DeviceClassView]] = field(default=_EMPTY, metadata=_FLAT)
@@ -126,6 +133,8 @@ class Editing:
     scheduled: _Flat[GroupKey, int]
     preemptions: _Flat[GroupKey, tuple[PreemptionRecord, ...]]
     workloads_of: _Nested[ClusterKey, NamespacedKey, WorkloadView]
+    workloads_by_owner: _Nested[str, NamespacedKey, WorkloadView]
+    clusters_by_owner: _Nested[str, ClusterKey, RayClusterView]
     events_of: _Nested[str, NamespacedKey, PodEventView]
     deviceclasses: _Flat[str, Entry[DeviceClassView]]
     resourceslices: _Flat[str, Entry[ResourceSliceView]]

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from immutables import Map
 
+from raygate.plugin.admission.gang import KUEUE_JOBS, workload_of
 from raygate.plugin.classify import pod_requests
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.devices import ClaimView, GpuDevices, gpu_devices
@@ -204,7 +205,17 @@ class Snapshot:
         return _held(self.indexes.gang_groups, (namespace, name))
 
     def workloads_of(self, namespace: str, cluster: str) -> tuple[WorkloadView, ...]:
-        return _values(self.indexes.workloads_of.get((namespace, cluster)))
+        own = _values(self.indexes.workloads_of.get((namespace, cluster)))
+        entry = self.indexes.rayclusters.get((namespace, cluster))
+        if entry is None:
+            return own
+        view = entry[1]
+        owner = view.owner
+        if (owner is None or owner.kind not in KUEUE_JOBS or not owner.uid
+                or any(workload_of(w, view) for w in own)):
+            return own
+        # The cluster a RayJob or RayService made: the Workload of its owner admits it.
+        return _values(self.indexes.workloads_by_owner.get(owner.uid))
 
     def pod_event(self, uid: str) -> PodEventView | None:
         return latest(_values(self.indexes.events_of.get(uid)))
