@@ -42,8 +42,9 @@ def volcano(testbed: Testbed) -> Testbed:
 
 @pytest.fixture(scope="session")
 def kueue(testbed: Testbed) -> Testbed:
-    """Kueue's manager (RayCluster integration, its webhooks) on the session's testbed,
-    from the first scenario that needs it on (it stops with the testbed)."""
+    """Kueue's manager (its RayJob, RayService and RayCluster integrations, their webhooks)
+    on the session's testbed, from the first scenario that needs it on (it stops with the
+    testbed)."""
     start_kueue(testbed)
     return testbed
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from raygate.plugin.admission.gang import KUEUE_QUEUE_LABEL
 from raygate.plugin.config import PolicyConfig
 from raygate.plugin.lint_gpu import (
     is_gpu_template,
@@ -42,7 +43,6 @@ DEFAULT_AUTOSCALER_MEMORY = parse_milli("512Mi")
 VOLCANO_QUEUE_LABEL = "volcano.sh/queue-name"
 # Findings an operator has looked at and accepts, e.g. "RG003" or "RG003,RG010".
 IGNORE_ANNOTATION = "raygate.io/check-ignore"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue manages an autoscaled RayCluster only as an elastic job (docs/deploy.md).
 KUEUE_ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 # KubeRay 1.7's gang on Kubernetes' own PodGroups (its batch scheduler kubernetes-was,

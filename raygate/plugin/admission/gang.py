@@ -198,10 +198,12 @@ def _workload_gang(wl: WorkloadView, cluster: RayClusterView, running: int) -> G
                                 running, reason), None)
 
 
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""The LocalQueue a Kueue-managed object names (KubeRay copies a RayJob's onto its
+RayCluster)."""
 KUEUE_JOBS = frozenset({"RayJob", "RayService"})
 """The owners whose Workload admits the RayCluster they make (Kueue's ``ray.io/rayjob`` and
 ``ray.io/rayservice`` integrations, on as Kueue ships)."""
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def workload_of(wl: WorkloadView, cluster: RayClusterView) -> bool:
@@ -219,7 +221,7 @@ def _not_known_yet(cluster: RayClusterView, running: int) -> GangFacts | None:
     """A RayCluster of a RayJob or RayService queued in Kueue (KubeRay copies the owner's
     labels onto the cluster it makes) whose Workload raygate has not seen: not admitted
     until it has (the Workload's watch event may come after the RayCluster's)."""
-    owner, queue = cluster.owner, cluster.labels.get(QUEUE_LABEL)
+    owner, queue = cluster.owner, cluster.labels.get(KUEUE_QUEUE_LABEL)
     if owner is None or owner.kind not in KUEUE_JOBS or not queue:
         return None
     reason = (f"{owner.kind} {cluster.namespace}/{owner.name} is queued in Kueue "

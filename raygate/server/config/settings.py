@@ -114,9 +114,8 @@ class ServeSettings:
 
     native_placement: str = "on"
     """on | off: the webhook writes each new Ray pod's placement as node affinity in its
-    create, which node autoscalers, drains and every scheduler read; it gates a pod
-    (``raygate.io/placement``) only where the decision must wait (needs patch on pods). Whatever this says, raygate
-    releases every pod its gate holds."""
+    create, which every scheduler and node autoscaler reads; it gates a pod only where the
+    decision must wait. Whatever this says, raygate releases every pod its gate holds."""
     placement_wait_seconds: float = 10.0
     """How long a gated pod waits for its RayCluster (another watch, in no set order with
     its pods) to reach raygate's cache before it is released as floor (the safe side)."""
