@@ -357,10 +357,12 @@ class Testbed:
             # the resource claim controller makes a pod's ResourceClaims from its templates;
             # with GenericWorkload on, the PodGroup protection controller lifts the finalizer
             # the API server puts on every PodGroup once no pod names it (it is skipped
-            # while the gate is off).
+            # while the gate is off); the ValidatingAdmissionPolicies' type checking
+            # (deploy/'s write bounds: their status.typeChecking).
             "--controllers=serviceaccount,serviceaccount-token,garbage-collector-controller,"
             "namespace,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,"
-            "disruption-controller,resourceclaim-controller,podgroup-protection-controller",
+            "disruption-controller,resourceclaim-controller,podgroup-protection-controller,"
+            "validatingadmissionpolicy-status-controller",
             f"--service-account-private-key-file={self.pki.service_account_key}",
             f"--root-ca-file={self.pki.ca_cert}",
             "--leader-elect=false", "--v=1", *self.gate_flags(),
