@@ -329,6 +329,9 @@ def test_the_testbeds_raygate_writes_within_the_bound(scenario: Scenario) -> Non
     released = wait_until("raygate's release of the gated pod", lambda: (
         p if not (p := api.get(path))["spec"].get("schedulingGates") else None))
     assert released["metadata"]["labels"][LABEL_RULE] not in (FAILED_OPEN, "")
+    (term,) = released["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+    assert {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]} in term[
+        "matchExpressions"]  # a floor worker: raygate's required rule, written within the bound
     scenario.create(raycluster("rc", namespace, namespace, [Group("g", 1, "1", min=1)]))
     budgets = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
     wait_until("the head's and the group's budgets", lambda: len(api.items(

@@ -8,7 +8,7 @@ What runs, in order (every binary built by ``testbed.build`` from its Go module)
   (service accounts, namespaces, garbage collection of objects whose owner is gone, the
   PodDisruptionBudgets' status);
 - the manifests of ``deploy/kube-scheduler-second`` applied with the built kubectl:
-  raygate's namespace, ServiceAccounts, RBAC and the scheduler's ConfigMap;
+  raygate's namespace, ServiceAccounts, RBAC, write bounds and the scheduler's ConfigMap;
 - kube-scheduler as ``ray-scheduler`` with exactly the KubeSchedulerConfiguration of that
   ConfigMap (the extender's address and the kubeconfig path rewritten, nothing else),
   under the ``ray-scheduler`` ServiceAccount's token;
