@@ -8,7 +8,7 @@ What runs, in order (every binary built by ``testbed.build`` from its Go module)
   (service accounts, namespaces, garbage collection of objects whose owner is gone, the
   PodDisruptionBudgets' status);
 - the manifests of ``deploy/kube-scheduler-second`` applied with the built kubectl:
-  raygate's namespace, ServiceAccounts, RBAC and the scheduler's ConfigMap;
+  raygate's namespace, ServiceAccounts, RBAC, write bounds and the scheduler's ConfigMap;
 - kube-scheduler as ``ray-scheduler`` with exactly the KubeSchedulerConfiguration of that
   ConfigMap (the extender's address and the kubeconfig path rewritten, nothing else),
   under the ``ray-scheduler`` ServiceAccount's token;
@@ -357,10 +357,12 @@ class Testbed:
             # the resource claim controller makes a pod's ResourceClaims from its templates;
             # with GenericWorkload on, the PodGroup protection controller lifts the finalizer
             # the API server puts on every PodGroup once no pod names it (it is skipped
-            # while the gate is off).
+            # while the gate is off); the ValidatingAdmissionPolicies' type checking
+            # (deploy/'s write bounds: their status.typeChecking).
             "--controllers=serviceaccount,serviceaccount-token,garbage-collector-controller,"
             "namespace,root-ca-certificate-publisher-controller,pod-garbage-collector-controller,"
-            "disruption-controller,resourceclaim-controller,podgroup-protection-controller",
+            "disruption-controller,resourceclaim-controller,podgroup-protection-controller,"
+            "validatingadmissionpolicy-status-controller",
             f"--service-account-private-key-file={self.pki.service_account_key}",
             f"--root-ca-file={self.pki.ca_cert}",
             "--leader-elect=false", "--v=1", *self.gate_flags(),

@@ -268,6 +268,9 @@ true
 {{- if and .Values.volcano.enabled .Values.tls.clientCASecretName -}}
 {{- fail "tls.clientCASecretName with volcano.enabled: Volcano's extender client presents no certificate (docs/security.md)" -}}
 {{- end -}}
+{{- if and .Values.writeBounds.enabled (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "writeBounds.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1), the cluster is %s: set it false" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- $tls := .Values.webhook.tls -}}
 {{- if ne (empty $tls.existingSecret) (empty $tls.caBundle) -}}
 {{- fail "webhook.tls.existingSecret and webhook.tls.caBundle go together: the Secret serves the webhook, the CA (base64 PEM) is what the API server verifies it with" -}}
