@@ -75,6 +75,19 @@ def _api_failure(exc: k8s.ApiException, what: str) -> Exception:
                      f"{what}: {status.message or ''}")
 
 
+def _write(what: str, call: Callable[[], object], *, gone_ok: bool = False) -> bytes | None:
+    """Make one write (``call``): its reply's body; None when ``gone_ok`` and the object is
+    not there (404). Raises ``ApiError`` (the API server's refusal, with its message) or
+    ``TransportError`` (no answer), each naming ``what``."""
+    try:
+        return _finish(call())
+    except k8s.ApiException as exc:
+        if gone_ok and exc.status == 404:
+            return None
+        raise _api_failure(exc, what) from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TransportError(f"{what}: {exc}") from None
+
 
 class Writes:
     """Needs ``api`` (the client) and ``request_timeout``; ``get`` for the list."""
@@ -84,33 +97,37 @@ class Writes:
     get: Callable[[str, list[tuple[str, str]]], bytes]
     """``KubeTransport.get``: a GET of ``path`` with ``query``, the body's bytes."""
 
+    @property
+    def _timeout(self) -> tuple[float, float]:
+        return (self.request_timeout, self.request_timeout)
+
+    @property
+    def _short(self) -> tuple[float, float]:
+        """At most 5 s: a pod's patch (a shutdown waits for it) and an Event are not worth
+        a longer wait."""
+        timeout = min(self.request_timeout, 5.0)
+        return (timeout, timeout)
+
     def annotate_pod(self, namespace: str, name: str, uid: str,
                      annotations: Mapping[str, str]) -> None:
         """Set ``annotations`` on a pod, if it is still the pod ``uid``: the UID in the
         patch is a precondition (a pod made anew under the same name answers 422, as
         ``metadata.uid`` cannot change; one that is gone, 404). A strategic merge patch,
-        said so: the client's default for a patch is a JSON Patch, which a dict is not.
-        Bounded at 5 s: a stale refusal is asked again once, and a shutdown waits for it."""
+        said so: the client's default for a patch is a JSON Patch, which a dict is not."""
         body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
         self._patch_pod(namespace, name, body, "application/strategic-merge-patch+json")
 
     def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
         """Apply a JSON Patch (RFC 6902) to a pod: all its operations or none, so a
-        ``test`` among them is a precondition of the rest (a failed one answers 422).
-        Bounded at 5 s, as the annotation is."""
+        ``test`` among them is a precondition of the rest (a failed one answers 422)."""
         self._patch_pod(namespace, name, ops, "application/json-patch+json")
 
     def _patch_pod(self, namespace: str, name: str,
                    body: dict[str, Any] | list[dict[str, Any]], content_type: str) -> None:
-        timeout = min(self.request_timeout, 5.0)
-        try:
-            _finish(k8s.CoreV1Api(self.api).patch_namespaced_pod(
+        _write(f"PATCH pod {namespace}/{name}", lambda: k8s.CoreV1Api(
+            self.api).patch_namespaced_pod(
                 name, namespace, body, _preload_content=False, _content_type=content_type,
-                _request_timeout=(timeout, timeout)))
-        except k8s.ApiException as exc:
-            raise _api_failure(exc, f"PATCH pod {namespace}/{name}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"PATCH pod {namespace}/{name}: {exc}") from None
+                _request_timeout=self._short))
 
     # --- PodDisruptionBudgets (raygate.server.controllers.budgets) ------------------------------
 
@@ -118,31 +135,18 @@ class Writes:
         """Server-side apply of a PodDisruptionBudget, as field manager ``raygate``, forced:
         raygate owns every field it sets, so two replicas applying the same object
         converge on it, and a field another manager took is taken back."""
-        try:
-            _finish(k8s.PolicyV1Api(self.api).patch_namespaced_pod_disruption_budget(
+        _write(f"APPLY poddisruptionbudget {namespace}/{name}", lambda: k8s.PolicyV1Api(
+            self.api).patch_namespaced_pod_disruption_budget(
                 name, namespace, dict(body), field_manager=FIELD_MANAGER, force=True,
                 _content_type="application/apply-patch+yaml", _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout)))
-        except k8s.ApiException as exc:
-            raise _api_failure(exc, f"APPLY poddisruptionbudget {namespace}/{name}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"APPLY poddisruptionbudget {namespace}/{name}: {exc}"
-                                 ) from None
+                _request_timeout=self._timeout))
 
     def delete_budget(self, namespace: str, name: str) -> None:
         """Delete a PodDisruptionBudget; one that is gone already is no error."""
-        try:
-            _finish(k8s.PolicyV1Api(self.api).delete_namespaced_pod_disruption_budget(
-                name, namespace, _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout)))
-        except k8s.ApiException as exc:
-            if exc.status == 404:
-                return
-            raise _api_failure(exc, f"DELETE poddisruptionbudget {namespace}/{name}"
-                               ) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"DELETE poddisruptionbudget {namespace}/{name}: {exc}"
-                                 ) from None
+        _write(f"DELETE poddisruptionbudget {namespace}/{name}", lambda: k8s.PolicyV1Api(
+            self.api).delete_namespaced_pod_disruption_budget(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout),
+            gone_ok=True)
 
     def list_budgets(self, label_selector: str) -> list[tuple[str, str, str]]:
         """``(namespace, name, raygate.io/raycluster label)`` of every
@@ -160,57 +164,40 @@ class Writes:
     # --- Events (raygate.server.controllers.recorder) -----------------------------------
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Create an ``events.k8s.io/v1`` Event. Bounded at 5 s: an Event is not worth a
-        longer wait."""
-        self._event_write("CREATE", body["metadata"]["name"], lambda timeout: (
-            k8s.EventsV1Api(self.api).create_namespaced_event(
+        """Create an ``events.k8s.io/v1`` Event."""
+        _write(f"CREATE event {body['metadata']['name']}", lambda: k8s.EventsV1Api(
+            self.api).create_namespaced_event(
                 # The client serialises a dict as it is: its model class would only be
                 # turned back into this dict.
                 namespace, cast(Any, dict(body)), _preload_content=False,
-                _request_timeout=(timeout, timeout))))
+                _request_timeout=self._short))
 
     def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         """Merge-patch an Event (its ``series``)."""
-        self._event_write("PATCH", name, lambda timeout: (
-            k8s.EventsV1Api(self.api).patch_namespaced_event(
-                name, namespace, dict(body), _preload_content=False,
-                _content_type="application/merge-patch+json",
-                _request_timeout=(timeout, timeout))))
-
-    def _event_write(self, verb: str, name: str, call: Callable[[float], object]) -> None:
-        try:
-            _finish(call(min(self.request_timeout, 5.0)))
-        except k8s.ApiException as exc:
-            raise _api_failure(exc, f"{verb} event {name}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"{verb} event {name}: {exc}") from None
+        _write(f"PATCH event {name}", lambda: k8s.EventsV1Api(self.api).patch_namespaced_event(
+            name, namespace, dict(body), _preload_content=False,
+            _content_type="application/merge-patch+json", _request_timeout=self._short))
 
     # --- raygate uninstall (raygate.server.uninstall) ----------------------------------------
 
     def delete_webhook_configuration(self, name: str) -> bool:
         """Delete the MutatingWebhookConfiguration ``name``: True, or False when there is
         none (deleted already, or never installed)."""
-        what = f"DELETE mutatingwebhookconfiguration {name}"
-        return self._delete(what, lambda: k8s.AdmissionregistrationV1Api(
-            self.api).delete_mutating_webhook_configuration(
-                name, _preload_content=False,
-                _request_timeout=(self.request_timeout, self.request_timeout)))
+        return _write(f"DELETE mutatingwebhookconfiguration {name}", lambda: (
+            k8s.AdmissionregistrationV1Api(self.api).delete_mutating_webhook_configuration(
+                name, _preload_content=False, _request_timeout=self._timeout)),
+            gone_ok=True) is not None
 
     def scale_to_zero(self, namespace: str, name: str) -> str | None:
         """Set the Deployment's replicas to 0 (its scale subresource): the label selector
         of its pods, or None when there is no such Deployment."""
         what = f"SCALE deployment {namespace}/{name}"
-        try:
-            data = _finish(k8s.AppsV1Api(self.api).patch_namespaced_deployment_scale(
-                name, namespace, {"spec": {"replicas": 0}}, _preload_content=False,
-                _content_type="application/merge-patch+json",
-                _request_timeout=(self.request_timeout, self.request_timeout)))
-        except k8s.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _api_failure(exc, what) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"{what}: {exc}") from None
+        data = _write(what, lambda: k8s.AppsV1Api(self.api).patch_namespaced_deployment_scale(
+            name, namespace, {"spec": {"replicas": 0}}, _preload_content=False,
+            _content_type="application/merge-patch+json", _request_timeout=self._timeout),
+            gone_ok=True)
+        if data is None:
+            return None
         try:
             return _SCALE.decode(data).status.selector
         except DECODE_ERRORS as exc:
@@ -218,24 +205,7 @@ class Writes:
 
     def patch_raycluster(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
         """Apply a JSON Patch (RFC 6902) to a RayCluster: all its operations or none."""
-        what = f"PATCH raycluster {namespace}/{name}"
-        try:
-            _finish(k8s.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+        _write(f"PATCH raycluster {namespace}/{name}", lambda: k8s.CustomObjectsApi(
+            self.api).patch_namespaced_custom_object(
                 "ray.io", "v1", namespace, "rayclusters", name, ops, _preload_content=False,
-                _content_type="application/json-patch+json",
-                _request_timeout=(self.request_timeout, self.request_timeout)))
-        except k8s.ApiException as exc:
-            raise _api_failure(exc, what) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"{what}: {exc}") from None
-
-    def _delete(self, what: str, call: Callable[[], object]) -> bool:
-        try:
-            _finish(call())
-        except k8s.ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise _api_failure(exc, what) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransportError(f"{what}: {exc}") from None
-        return True
+                _content_type="application/json-patch+json", _request_timeout=self._timeout))
