@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from raygate.plugin.config import PolicyConfig
+from raygate.plugin.model import PodView
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.keys import POD, WORKLOAD
 from raygate.server.cache.sync import SyncStatus
@@ -437,3 +438,27 @@ def test_a_410_on_the_watch_streams_the_state_again_and_drops_what_is_gone() -> 
     assert run.names() == {"b", "c"}
     assert run.watcher.status.relists == 1
     assert [c[0] for c in run.transport.calls] == ["stream", "stream", "watch"]
+
+
+def test_a_pods_deletion_is_published_at_once() -> None:
+    """Changes that come while a publish is not due yet wait for it, but a pod's deletion
+    goes at once: KubeRay replaces a deleted pod at once, and the webhook must count the
+    replacement's group without the pod it replaces."""
+    cache = ClusterCache(PolicyConfig(), "test")
+    writer = CacheWriter(cache, SyncStatus([POD]), publish_interval=3600.0, freeze_gc=False)
+    published = threading.Semaphore(0)
+    cache.add_listener(lambda _: published.release())
+    thread = threading.Thread(target=writer.run, daemon=True)
+    thread.start()
+    try:
+        a, b = (PodView(n, "ray", n, labels={"ray.io/cluster": "rc"}) for n in ("a", "b"))
+        writer.replace(POD, [("1", a), ("1", b)], "1")
+        assert published.acquire(timeout=10)  # the first, after a quiet spell: at once
+        writer.change(POD, "MODIFIED", a.uid, "2", a)
+        assert not published.acquire(timeout=0.2), "not due for an hour"
+        writer.change(POD, "DELETED", b.uid, "3", b)
+        assert published.acquire(timeout=10), "the deletion is published at once"
+        assert cache.snapshot.pod(b.uid) is None and cache.snapshot.pod(a.uid) is not None
+    finally:
+        writer.stop()
+        thread.join(timeout=10)

@@ -4,8 +4,8 @@ The watchers decode and convert (``raygate.server.kube.watch``) and queue their 
 writer alone edits snapshots. It applies every change waiting in the queue to one
 ``SnapshotEditor``, and whatever else arrives before the next publish is due
 (``WatchSettings.publish_interval``), then publishes the result: readers see whole
-events, a burst costs one publish, and a lone event after a quiet spell is published at
-once. Nothing is published before every kind has completed its first LIST (or is a CRD
+events, a burst costs one publish, and a lone event after a quiet spell (or a pod's
+deletion, whatever came before it) is published at once. Nothing is published before every kind has completed its first LIST (or is a CRD
 that is not installed): until then ``cache.ready`` stays False and ``/readyz`` answers
 503.
 """
@@ -25,7 +25,7 @@ from raygate.plugin.config import PolicyConfig
 from raygate.server.cache.autoscaling import ORPHAN_SECONDS
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import SnapshotEditor, reconfigured
-from raygate.server.cache.keys import ObjectKey, View
+from raygate.server.cache.keys import POD, ObjectKey, View
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.cache.sync import SyncStatus
 from raygate.server.kube.reachability import Reachability
@@ -137,8 +137,9 @@ class CacheWriter:
                 return
             batch = _Batch(SnapshotEditor(self._state))
             stopping = self._take(batch, first)
-            # Coalesce: whatever arrives before the next publish is due joins this one.
-            while not stopping:
+            # Coalesce: whatever arrives before the next publish is due joins this one; a
+            # pod's deletion goes at once (``_Batch.urgent``).
+            while not stopping and not batch.urgent:
                 wait = self._published_at + self.publish_interval - time.monotonic()
                 if wait <= 0:
                     break
@@ -192,6 +193,7 @@ class CacheWriter:
         if isinstance(message, _Change):
             if message.view is None or message.type == DELETED:
                 editor.delete(kind, message.key)
+                batch.urgent = batch.urgent or kind == POD
             else:
                 editor.upsert(message.view, message.resource_version)
         elif isinstance(message, _Replace):
@@ -242,7 +244,7 @@ class CacheWriter:
 class _Batch:
     """Changes applied to one editor, published together."""
 
-    __slots__ = ("big", "count", "editor", "listed", "policy", "seconds", "touched")
+    __slots__ = ("big", "count", "editor", "listed", "policy", "seconds", "touched", "urgent")
 
     def __init__(self, editor: SnapshotEditor) -> None:
         self.editor = editor
@@ -252,6 +254,11 @@ class _Batch:
         self.touched: set[str] = set()
         self.listed: set[str] = set()
         self.big = False
+        self.urgent = False
+        """A pod was deleted: published without waiting for more. KubeRay replaces a
+        deleted pod at once, and raygate's webhook decides the replacement's role from the
+        published snapshot: one that still held the deleted pod would count its floor place
+        taken and make the replacement surplus (``plugin.native.admission_role``)."""
         self.policy: PolicyConfig | None = None
         """A reloaded policy: the batch's result is re-classified under it."""
 
