@@ -27,8 +27,12 @@ $(RUN_STAMP): pyproject.toml
 run: $(RUN_STAMP)  ## serve the demo cluster in the foreground (HTTP :8888, gRPC :9090)
 	$(BIN)/raygate serve --demo
 
+# Two processes (pytest-xdist): the suite waits on sockets, subprocesses and timers more
+# than it computes, so on 2 cores it takes about half as long. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)  ## the whole test suite, layering contracts included
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 RAY_STAMP := $(VENV)/.installed-ray
 
