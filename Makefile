@@ -61,8 +61,13 @@ lint: $(STAMP)  ## ruff, and the import contracts of pyproject.toml (import-lint
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
+# mypy's incremental cache outside the checkout, kept between runs as the testbed's is: a
+# fresh clone (CI's) checks again only the files whose content changed (mypy compares
+# hashes when a path or mtime differs): 1-2 s, ~12 s from a venv elsewhere, ~20 s cold.
+MYPY_CACHE_DIR ?= $(HOME)/.cache/raygate/mypy
+
 types: $(STAMP)
-	$(BIN)/mypy
+	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(BIN)/mypy
 
 proto: $(STAMP)  ## regenerate raygate/contract/proto/ from protos/ (commit the result)
 	$(BIN)/python protos/generate.py
