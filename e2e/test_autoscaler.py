@@ -5,8 +5,10 @@ The head is a local ``ray start --head`` standing in for the head pod (kwok runs
 the autoscaler runs as KubeRay's sidecar does, under the RayCluster's ServiceAccount.
 Demand: one bundle of 8 CPU (``request_resources``) for the ``overflow`` group while the
 only node has 4: the pod KubeRay creates stays Pending with ``Insufficient cpu``. Ray's
-timeout for an instance stuck in ALLOCATED (3600 s by default in 2.60) is shortened to
-30 s with Ray's own setting, ``RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S``.
+timeout for an instance stuck in ALLOCATED (3600 s by default in 2.60) is shortened with
+Ray's own setting, ``RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S``: to 15 s where
+the pod only waits (stock and raygate side by side), to 30 s where a replacement's raylet
+has to start within it (when capacity arrives).
 
 Each scenario lasts minutes (the timeout has to pass, several times): ``slow``.
 """
@@ -36,7 +38,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TIMEOUT = 30  # seconds a pod may sit ALLOCATED before Ray replaces it
 LOOP = 5  # Ray's AUTOSCALER_UPDATE_INTERVAL_S: raygate's last "keep" is up to one loop old
-WINDOW = 100.0  # seconds watched after the first pod: the timeout passes twice
+# The side-by-side pair: a pod that only waits needs no more than a short timeout to show
+# the loop (stock) or that it is kept (raygate); the loop takes at most SHORT + LOOP a turn.
+SHORT = 15
+WINDOW = 2 * (SHORT + LOOP) + 10.0  # seconds watched after the first pod: the timeout passes twice
+LOOPS = 4 * (SHORT + LOOP) + 30.0  # the longest the stock loop may take for two turns
+RAY_STOP = 1.0  # seconds a Ray node is given to exit on SIGTERM before SIGKILL
 
 
 def autoscaled_raycluster(scenario: Scenario) -> dict[str, Any]:
@@ -76,10 +83,12 @@ class RayCluster:
 @contextmanager
 def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool,
                 body: dict[str, Any] | None = None, set_up: bool = True,
-                demand: list[dict[str, float]] | None = None) -> Iterator[RayCluster]:
+                demand: list[dict[str, float]] | None = None,
+                allocate_timeout: int = TIMEOUT) -> Iterator[RayCluster]:
     """One 4-CPU node (unless the caller ``set_up`` the scenario), the autoscaled
-    RayCluster (``body``, else ``autoscaled_raycluster``), its head and autoscaler, and the
-    ``demand`` (else one bundle of 8 CPU); stops them (by process group) after the block."""
+    RayCluster (``body``, else ``autoscaled_raycluster``), its head and autoscaler (Ray's
+    ALLOCATED timeout ``allocate_timeout``), and the ``demand`` (else one bundle of 8 CPU);
+    stops them (by process group) after the block."""
     if set_up:
         scenario.setup([node(f"{scenario.name}-cpu-a", scenario.name, cpu=4)])
     scenario.create(body or autoscaled_raycluster(scenario))
@@ -97,7 +106,7 @@ def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool,
     autoscaler = None
     try:
         autoscaler = start_autoscaler(testbed, "work", scenario.namespace, head, gcs,
-                                      raygate=raygate, allocate_timeout=TIMEOUT).name
+                                      raygate=raygate, allocate_timeout=allocate_timeout).name
         bundles = demand or [{"CPU": 8}]
         request(gcs, bundles)
         scenario.step(f"requested {len(bundles)} × {bundles[0]['CPU']:g} CPU")
@@ -107,10 +116,13 @@ def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool,
     finally:
         # The autoscaler is stopped first: a raylet stopped before it is a Ray node gone
         # DEAD, whose pod it deletes, after the scenario's last look but before the
-        # assertions read the pods.
-        first = [] if autoscaler is None else [autoscaler]
-        for name in first + list(reversed(ray.names)):
-            testbed.processes.pop(name).stop()
+        # assertions read the pods. A Ray node takes ~30 s to exit on SIGTERM, past the
+        # 15 s a stop waits before SIGKILL: nothing after the scenario needs its graceful
+        # exit, so it is killed after 1 s.
+        if autoscaler is not None:
+            testbed.processes.pop(autoscaler).stop()
+        for name in reversed(ray.names):
+            testbed.processes.pop(name).stop(timeout=RAY_STOP)
 
 
 def watch(scenario: Scenario, seconds: float) -> None:
@@ -124,17 +136,21 @@ def overflow(scenario: Scenario) -> list[PodHistory]:
 
 def test_stock_autoscaler_deletes_and_recreates_the_pending_pod(
         scenario: Scenario, testbed: Testbed) -> None:
-    with ray_cluster(scenario, testbed, raygate=False) as ray:
-        watch(scenario, WINDOW)
+    with ray_cluster(scenario, testbed, raygate=False, allocate_timeout=SHORT) as ray:
+        # Until the loop has turned twice (not a fixed time: what is asserted is the loop).
+        wait_until("a pod deleted and recreated twice", lambda: len(overflow(
+            scenario)) >= 3 and sum(h.deleting is not None for h in overflow(scenario)) >= 2,
+            timeout=LOOPS, every=0.5)
+        scenario.step("the loop twice: a third pod created, two deleted")
         decisions = ray.decisions(scenario)
     pods = overflow(scenario)
     deleted = [h for h in pods if h.deleting]
     assert len(pods) >= 3 and len(deleted) >= 2, (
-        f"the loop: {len(pods)} pods created, {len(deleted)} deleted in {WINDOW:.0f} s")
+        f"the loop: {len(pods)} pods created, {len(deleted)} deleted")
     assert all(h.bound is None for h in pods)
     report.add("autoscaler-1-stock", scenario.timeline(
         f"Ray 2.60's stock autoscaler: the pending pod is deleted and recreated "
-        f"(ALLOCATED timeout {TIMEOUT} s)") + per_minute(scenario) + decisions)
+        f"(ALLOCATED timeout {SHORT} s)") + per_minute(scenario) + decisions)
 
 
 def test_raygate_autoscaler_keeps_the_pod_that_waits_for_capacity(
@@ -142,7 +158,7 @@ def test_raygate_autoscaler_keeps_the_pod_that_waits_for_capacity(
     admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
                                   scenario.started)
     try:
-        with ray_cluster(scenario, testbed, raygate=True) as ray:
+        with ray_cluster(scenario, testbed, raygate=True, allocate_timeout=SHORT) as ray:
             watch(scenario, WINDOW)
             decisions = ray.decisions(scenario)
     finally:
@@ -154,7 +170,7 @@ def test_raygate_autoscaler_keeps_the_pod_that_waits_for_capacity(
     assert "WaitingForCapacity" in said and set(said) <= {"Starting", "WaitingForCapacity"}
     report.add("autoscaler-2-raygate", scenario.timeline(
         f"raygate-autoscaler on the same cluster: the pod waits for capacity and is kept "
-        f"(ALLOCATED timeout {TIMEOUT} s)") + per_minute(scenario) + decisions
+        f"(ALLOCATED timeout {SHORT} s)") + per_minute(scenario) + decisions
         + "\nraygate's admission API about the RayCluster's pods:\n\n" + admission.table())
 
 

@@ -116,7 +116,10 @@ def claims(scenario: Scenario, karpenter: Karpenter) -> Iterator[NodeClaims]:
     recorder.close()
     kubectl = scenario.testbed.kubectl
     kubectl("delete", "raycluster", "--all", "-n", scenario.namespace, "--wait=false")
-    kubectl("delete", "pod", "--all", "-n", scenario.namespace, "--wait=false")
+    # A second's grace, not the pods' 30: Karpenter deletes a node once its pods are gone
+    # (kwok keeps a deleted pod up to its grace), and the scenario is over.
+    kubectl("delete", "pod", "--all", "-n", scenario.namespace, "--wait=false",
+            "--grace-period=1")
     kubectl("delete", "priorityclass", f"{scenario.name}-gpu-job", "--ignore-not-found")
     karpenter.delete_pools(f"{SCENARIO_LABEL}={scenario.name}")
 

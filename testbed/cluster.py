@@ -158,9 +158,9 @@ class Testbed:
             self.processes[name].stop()
         for addon in reversed(self.addons):
             addon.stop()
-        for name in reversed(CONTROL_PLANE):
+        for name in reversed(CONTROL_PLANE):  # kube-apiserver: 3 s, see restart_apiserver
             if name in self.processes:
-                self.processes[name].stop()
+                self.processes[name].stop(timeout=3 if name == "kube-apiserver" else 15)
 
     def _supervise(self) -> None:
         """Start again a component that exited, as the kubelet restarts a control-plane
