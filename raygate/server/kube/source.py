@@ -5,9 +5,9 @@ writer alone edits snapshots. It applies every change waiting in the queue to on
 ``SnapshotEditor``, and whatever else arrives before the next publish is due
 (``WatchSettings.publish_interval``), then publishes the result: readers see whole
 events, a burst costs one publish, and a lone event after a quiet spell (or a pod's
-deletion, whatever came before it) is published at once. Nothing is published before every kind has completed its first LIST (or is a CRD
-that is not installed): until then ``cache.ready`` stays False and ``/readyz`` answers
-503.
+deletion, whatever came before it) is published at once. Nothing is published before
+every kind has completed its first LIST (or is a CRD that is not installed): until then
+``cache.ready`` stays False and ``/readyz`` answers 503.
 """
 
 from __future__ import annotations
