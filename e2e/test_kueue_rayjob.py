@@ -192,22 +192,7 @@ def test_kueue_rayjob_queued_admitted_evicted(kueue: Testbed, scenario: Scenario
         assert {g.name: g.scale_up.action for g in status.groups} == {
             "headgroup": "hold", "workers": "proceed"}
 
-        scenario.create(preemptor(scenario))
-        evicted = wait_until("the RayJob's Workload Evicted", lambda: _condition(
-            workloads, workload, "Evicted", "True"))
-        scenario.step(f"Workload {workload}: Evicted=True {evicted[2]}: {evicted[3]}")
-        assert evicted[2] == "Preempted", evicted
-        going = wait_until("raygate saying not admitted", lambda: _said(
-            said, False, "Evicted"), timeout=30)
-        scenario.step("raygate: not admitted (Evicted)")
-        assert going.gang.source is not None and going.gang.source.name == workload
-        assert "being evicted" in going.gang.reason and "Preempted" in going.gang.reason
-        assert {g.name: g.scale_up.action for g in going.groups} == {
-            "headgroup": "hold", "workers": "hold"}
-        assert [c["metadata"]["name"] for c in _clusters(scenario)] == [cluster], (
-            "the RayCluster is still there")
-        deleting = _clusters(scenario)[0]["metadata"].get("deletionTimestamp")
-        scenario.step(f"the RayCluster {'being deleted' if deleting else 'not deleted yet'}")
+        _evicted(scenario, workloads, said, workload, cluster)
         _release(scenario, cluster)
         wait_until("the RayCluster gone", lambda: _clusters(scenario) == [], timeout=60)
         scenario.step("the RayCluster gone")
@@ -226,3 +211,25 @@ def test_kueue_rayjob_queued_admitted_evicted(kueue: Testbed, scenario: Scenario
     finally:
         said.close()
         _release(scenario, cluster)
+
+
+def _evicted(scenario: Scenario, workloads: GangRecorder, said: Said, workload: str,
+             cluster: str) -> None:
+    """A higher-priority Workload preempts the RayJob's: raygate says not admitted while
+    the RayCluster is still there."""
+    scenario.create(preemptor(scenario))
+    evicted = wait_until("the RayJob's Workload Evicted", lambda: _condition(
+        workloads, workload, "Evicted", "True"))
+    scenario.step(f"Workload {workload}: Evicted=True {evicted[2]}: {evicted[3]}")
+    assert evicted[2] == "Preempted", evicted
+    going = wait_until("raygate saying not admitted", lambda: _said(
+        said, False, "Evicted"), timeout=30)
+    scenario.step("raygate: not admitted (Evicted)")
+    assert going.gang.source is not None and going.gang.source.name == workload
+    assert "being evicted" in going.gang.reason and "Preempted" in going.gang.reason
+    assert {g.name: g.scale_up.action for g in going.groups} == {
+        "headgroup": "hold", "workers": "hold"}
+    assert [c["metadata"]["name"] for c in _clusters(scenario)] == [cluster], (
+        "the RayCluster is still there")
+    deleting = _clusters(scenario)[0]["metadata"].get("deletionTimestamp")
+    scenario.step(f"the RayCluster {'being deleted' if deleting else 'not deleted yet'}")

@@ -107,6 +107,26 @@ def no_node_autoscaler(testbed: Testbed) -> Iterator[None]:
         yield
 
 
+def told_while_held(scenario: Scenario, pods: list[str]) -> str:
+    """kubectl describe tells the admission API's story: the batch held on the RayCluster,
+    each pod held; returns what it shows."""
+    (held,) = wait_for_reason(scenario, "RayCluster", "work", "ScaleUpHeld")
+    assert "held together until all fit: 1 of 4" in held["note"]
+    assert held["type"] == "Normal" and held["action"] == "HoldScaleUp"
+    for name in pods:
+        wait_for_reason(scenario, "Pod", name, "Held")
+    return described(scenario, "RayCluster", "work") + "\n\n" + described(
+        scenario, "Pod", pods[0])
+
+
+def told_once_released(scenario: Scenario, pods: list[str]) -> str:
+    """The batch released on the RayCluster, each pod held then released."""
+    wait_for_reason(scenario, "RayCluster", "work", "ScaleUpReleased")
+    told = {name: told_reasons(scenario, "Pod", name) for name in pods}
+    assert told == {name: ["Held", "Released"] for name in pods}
+    return described(scenario, "Pod", pods[0])
+
+
 def test_a_scale_up_is_held_whole_then_released_whole(
         scenario: Scenario, testbed: Testbed, reader_token: str,
         no_node_autoscaler: None) -> None:
@@ -126,11 +146,7 @@ def test_a_scale_up_is_held_whole_then_released_whole(
             assert releases.of(pods) == [], "one fits, four asked: none may go"
             assert not any(h.deleting for h in overflow(scenario)), "held pods are kept"
             held = admission.status("work")
-            (held_event,) = wait_for_reason(scenario, "RayCluster", "work", "ScaleUpHeld")
-            for name in pods:
-                wait_for_reason(scenario, "Pod", name, "Held")
-            told_held = (described(scenario, "RayCluster", "work")
-                         + "\n\n" + described(scenario, "Pod", pods[0]))
+            told_held = told_while_held(scenario, pods)
             held_pods = metric(testbed.raygate_url, "raygate_scale_up_held_pods",
                                namespace=scenario.namespace, raycluster="work")
             batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
@@ -139,9 +155,7 @@ def test_a_scale_up_is_held_whole_then_released_whole(
             scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))
             scenario.step("added an 8-CPU node: room for all four")
             bound(scenario, pods, timeout=60)
-            wait_for_reason(scenario, "RayCluster", "work", "ScaleUpReleased")
-            told_released = described(scenario, "Pod", pods[0])
-            told = {name: told_reasons(scenario, "Pod", name) for name in pods}
+            told_released = told_once_released(scenario, pods)
             decisions = ray.decisions(scenario)
             batches = metric(testbed.raygate_url, "raygate_scale_up_releases_total",
                              trigger="fits") - batches
@@ -154,10 +168,6 @@ def test_a_scale_up_is_held_whole_then_released_whole(
     assert len(reasons) == 1 and "held together until all fit: 1 of 4" in reasons.pop()
     group = next(g for g in held.groups if g.name == "overflow")
     assert group.scale_up.action == "hold", group
-    # kubectl describe tells the same story: the batch on the RayCluster, each pod's turn.
-    assert "held together until all fit: 1 of 4" in held_event["note"]
-    assert held_event["type"] == "Normal" and held_event["action"] == "HoldScaleUp"
-    assert told == {name: ["Held", "Released"] for name in pods}
     report.add("scale-up-1-held", scenario.timeline(
         "All-or-nothing scale-up, no node autoscaler: the Ray autoscaler asks for four "
         "workers, one fits; raygate holds all four past Ray's timeout, then releases them "

@@ -77,7 +77,7 @@ class UninstallApi(Protocol):
 
 
 class _Camel(msgspec.Struct, rename="camel", omit_defaults=True):
-    pass
+    """The Kubernetes JSON spelling (camelCase) for the structs below."""
 
 
 class _TemplateSpec(_Camel):
