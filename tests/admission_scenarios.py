@@ -118,6 +118,15 @@ class WorkloadBuilder:
             "lastTransitionTime": when or at(0)})
         return self
 
+    def replaces(self, old: str) -> Self:
+        """A new elastic slice: Kueue's annotations for the slice it replaces (in the
+        same namespace, the chain named after its first slice)."""
+        meta = self._obj["metadata"]
+        meta["annotations"] = {
+            "kueue.x-k8s.io/workload-slice-replacement-for": f"{meta['namespace']}/{old}",
+            "kueue.x-k8s.io/workload-slice-name": old}
+        return self
+
     def admitted(self) -> Self:
         return (self.condition("QuotaReserved", "True", "QuotaReserved",
                                "Quota reserved in ClusterQueue cluster-queue")
@@ -246,6 +255,10 @@ def kueue_waiting() -> list[Obj]:
         make_pod("kw-w1").ray("kw", "workers").created(at(-1)).gated(GATE)
         .condition("PodScheduled", "False", "SchedulingGated",
                    "Scheduling is blocked due to non-empty scheduling gates", at(-1)).obj(),
+        # Another controller's gate: an admission raygate does not read.
+        make_pod("kw-w2").ray("kw", "workers").created(at(-30)).gated("example.com/quota")
+        .condition("PodScheduled", "False", "SchedulingGated",
+                   "Scheduling is blocked due to non-empty scheduling gates", at(-30)).obj(),
     ]
 
 
@@ -343,9 +356,10 @@ EXPECTED_PODS: list[tuple[str, str, str, str, str]] = [
     ("stuck", "lonely-pulling", "Stuck", "bound-not-started-too-long", "replace"),
     ("stuck", "lonely-new", "Starting", "awaiting-scheduler", "keep"),
     ("kueue-admitted", "kq-w2", "Starting", "bound-starting", "keep"),
-    ("kueue-waiting", "kw-head", "WaitingForGangAdmission", "scheduling-gated",
+    ("kueue-waiting", "kw-head", "WaitingForGangAdmission", "kueue-slice-gated",
      "keep"),
     ("kueue-waiting", "kw-w1", "Starting", "placement-gated", "keep"),
+    ("kueue-waiting", "kw-w2", "WaitingForGangAdmission", "scheduling-gated", "keep"),
     ("no-gang", "plain-affinity", "Unschedulable", "constraints", "keep"),
     ("no-gang", "plain-taint-old", "Unschedulable", "constraints", "keep"),
     ("no-gang", "plain-taint-keyed", "Unschedulable", "constraints", "keep"),

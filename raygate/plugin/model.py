@@ -268,8 +268,8 @@ class WorkloadView:
     owner: OwnerRef | None = None
     conditions: tuple[Condition, ...] = ()
     api_version: str = ""
-    pods: int | None = None
-    """Σ ``spec.podSets[].count``: the pods Kueue asks quota for (None when not given)."""
+    pods: int | None = None  # Σ spec.podSets[].count: what Kueue asks quota for, if given
+    replacement_for: str = ""  # <ns>/<name> of the elastic slice it replaces, if any
 
 
 @dataclass(frozen=True, slots=True)

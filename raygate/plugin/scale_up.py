@@ -23,6 +23,11 @@ node's ``NoSchedule``/``NoExecute`` taints against the pod's tolerations; GPU no
 out for a pod raygate keeps off them; and the RayCluster's head and floor pods that are
 not bound yet placed first. Other schedulers' rules (pod affinity, topology spread,
 volumes, ports) and other pods still pending are not in it.
+
+Under Kueue's elastic slices (``kueue.x-k8s.io/elastic-job``), a pod still behind Kueue's
+own scheduling gate (``KUEUE_GATE``) waits for Kueue's quota, not for room: it is neither
+in the batch nor placed first. Kueue lifts its gate from every pod of a slice at once when
+it admits the slice; the pods then join the batch, judged whole as any scale-up.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "ALL_OR_NOTHING",
     "ANNOTATION",
     "KEEPS_PODS_OFF",
+    "KUEUE_GATE",
     "Batch",
     "fit_count",
     "gated_pods",
@@ -55,6 +61,9 @@ ANNOTATION = "raygate.io/scale-up"
 ALL_OR_NOTHING = "all-or-nothing"
 KEEPS_PODS_OFF = frozenset({"NoSchedule", "NoExecute"})
 """The taint effects that keep a pod that does not tolerate them off a node."""
+KUEUE_GATE = "kueue.x-k8s.io/elastic-job"
+"""Kueue's scheduling gate on an elastic RayCluster's pods (its webhook puts it in the head
+and worker templates): lifted when the Workload slice that counts the pod is admitted."""
 _NO_CLAIMS: Mapping[str, Role] = MappingProxyType({})
 
 
@@ -129,8 +138,9 @@ def scale_up_batch(cluster: RayClusterView, view: ClusterView, config: PolicyCon
     """The RayCluster's held scale-up, if it opted in and has one."""
     if not cluster.all_or_nothing:
         return None
+    # Claimed: being released already; behind Kueue's gate: Kueue's quota wait.
     gated = [p for p in gated_pods(view, cluster.namespace, cluster.name)
-             if p.uid not in claimed]  # claimed: being released already
+             if p.uid not in claimed and KUEUE_GATE not in p.scheduling_gates]
     plan = release_plan(gated, view, claimed)
     held = [(pod, verdict) for pod, verdict in plan if verdict.role is Role.SURPLUS]
     if not held:
@@ -140,7 +150,7 @@ def scale_up_batch(cluster: RayClusterView, view: ClusterView, config: PolicyCon
         return Batch(tuple(pod for pod, _ in held), len(held), "", autoscaler)
     # The head and floor go first: those released and not bound yet, those about to be.
     first = [p for p in view.cluster_pods(cluster.namespace, cluster.name)
-             if not p.node_name and GATE not in p.scheduling_gates
+             if not p.node_name and not {GATE, KUEUE_GATE} & set(p.scheduling_gates)
              and p.deleted is None and not p.terminal]
     first += [pod for pod, verdict in plan if verdict.role is not Role.SURPLUS]
     fit, lacking = fit_count(

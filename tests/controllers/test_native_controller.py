@@ -16,7 +16,7 @@ import pytest
 
 from raygate.plugin.config import NodeAutoscaler, PolicyConfig
 from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE
-from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION
+from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION, KUEUE_GATE
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.controllers.placement import FAIL_OPEN_AFTER, NativePlacement
 from raygate.server.controllers.recorder import EventRecorder
@@ -282,3 +282,30 @@ def test_with_a_node_autoscaler_the_scale_up_goes_whole_whatever_fits() -> None:
     metrics = run(api, steps)
     assert sorted(name for name, _ in api.calls) == ["w0", "w1", "w2", "w3"]
     assert (released(metrics, "node-autoscaler"), released(metrics, "fits")) == (1, 0)
+
+
+def test_behind_kueues_elastic_gate_the_scale_up_is_kueues_until_kueue_lifts_it() -> None:
+    """A scale-up of an elastic RayCluster under Kueue: its pods carry Kueue's gate too.
+    raygate keeps its own gate, holds no batch and says nothing while Kueue's quota decides;
+    once Kueue lifts its gate (the slice admitted) they go whole, as they fit."""
+    objects = all_or_nothing(2, node_cpu="16")
+    for pod in objects[-2:]:
+        pod["spec"]["schedulingGates"].append({"name": KUEUE_GATE})
+    api = FakeApi(objects)
+
+    async def steps(native: NativePlacement, cache: ClusterCache, clock: FakeClock) -> None:
+        clock.now += 5
+        await settle()
+        assert api.calls == [] and held_series(native.metrics) == {}
+        for pod in api.objects[-2:]:  # Kueue admits the new slice and lifts its gate
+            pod["spec"]["schedulingGates"] = [{"name": GATE}]
+        cache.publish(snapshot_of(*api.objects))
+        await settle()
+        assert api.calls == [], "seen whole just now: the batch settles first"
+        clock.now += 5
+        await settle()
+
+    metrics = run(api, steps)
+    assert sorted(name for name, _ in api.calls) == ["w0", "w1"]
+    assert released(metrics, "fits") == 1
+    assert api.said == []

@@ -376,9 +376,10 @@ def test_group_counts_and_scale_up() -> None:
     assert _groups(derive(sc.stuck(), "lonely").status)["workers"] == (3, 3, 1, 0, 3, 0, go)
     assert _groups(derive(sc.kueue_admitted(), "kq").status)["workers"] == (
         2, 2, 2, 1, 1, 0, go)
-    # kw-w1, behind raygate's own gate for a moment, is pending like any new pod.
+    # kw-w1, behind raygate's own gate for a moment, is pending like any new pod; so is
+    # kw-w2, behind another controller's.
     assert _groups(derive(sc.kueue_waiting(), "kw").status)["workers"] == (
-        1, 1, 0, 0, 1, 0, hold)
+        1, 1, 0, 0, 2, 0, hold)
     assert _groups(derive(sc.no_gang(), "plain").status)["workers"] == (6, 6, 0, 0, 5, 0, hold)
 
 

@@ -46,6 +46,9 @@ class GangStatus:
     running: int
     """Pods of the RayCluster running (bound, phase Running, ready, not going away)."""
     reason: str
+    replaces: str = ""
+    """For a Kueue Workload that is an elastic RayCluster's new slice (a scale-up): the
+    slice it replaces (``<namespace>/<name>``), which still admits the running pods."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,15 +190,21 @@ def _workload_gang(wl: WorkloadView, cluster: RayClusterView, running: int) -> G
     # for seconds: the gang is going, not admitted.
     admitted = still_admitted and evicted is None
     phase = _workload_phase(wl)
+    # A new elastic slice: Kueue keeps the old one admitted (and the pods it admitted
+    # running) until it reserves quota for the whole new count, then finishes the old.
+    what = (f"{source} (the elastic slice that replaces {wl.replacement_for} for a "
+            "scale-up)" if wl.replacement_for else str(source))
     if admitted:
-        reason = f"{source} is Admitted: quota reserved and every admission check ready"
+        reason = f"{what} is Admitted: quota reserved and every admission check ready"
     elif evicted is not None and still_admitted:
         phase = "Evicted"
-        reason = f"{source} is being evicted: {_detail(evicted)}"
+        reason = f"{what} is being evicted: {_detail(evicted)}"
     else:
-        reason = f"{source} is not admitted: {_not_admitted_why(wl)}"
+        reason = f"{what} is not admitted: {_not_admitted_why(wl)}"
+        if wl.replacement_for:
+            reason += f"; the running pods keep {wl.replacement_for}'s admission"
     return GangFacts(GangStatus(source, phase, admitted, _kueue_pod_count(wl, cluster),
-                                running, reason), None)
+                                running, reason, wl.replacement_for), None)
 
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -230,12 +239,17 @@ def _not_known_yet(cluster: RayClusterView, running: int) -> GangFacts | None:
 
 
 def _pick_workload(workloads: Iterable[WorkloadView]) -> WorkloadView | None:
-    """Of several Workloads (elastic slices), the live one: not Finished (an old slice
-    is Finished with WorkloadSliceReplaced), admitted first, then by name."""
+    """Of several Workloads (elastic slices), the current one: not Finished (an old slice
+    ends Finished, WorkloadSliceReplaced); of two live ones, the new slice that replaces
+    the other (Kueue's ``workload-slice-replacement-for``: a scale-up waiting for quota);
+    else admitted first, then by name."""
+    workloads = tuple(workloads)
+    live = {f"{wl.namespace}/{wl.name}" for wl in workloads if _true(wl, "Finished") is None}
 
-    def key(wl: WorkloadView) -> tuple[bool, bool, str]:
+    def key(wl: WorkloadView) -> tuple[bool, bool, bool, str]:
         phase = _workload_phase(wl)
-        return (phase == "Finished", phase != "Admitted", wl.name)
+        return (phase == "Finished", wl.replacement_for not in live, phase != "Admitted",
+                wl.name)
 
     return min(workloads, key=key, default=None)
 

@@ -71,6 +71,12 @@ SCALE_UP_RULES: tuple[ScaleUpRule, ...] = (
                 lambda g: "the RayCluster is suspended: KubeRay creates no pods" + (
                     f"; {g.gang.reason}" if g.gang.source is not None
                     and not g.gang.admitted else "")),
+    # An elastic RayCluster's new slice: the scale-up already asked Kueue for quota.
+    # (The scale-gate writer, issue #40, should read this HOLD as Kueue's, not raygate's.)
+    ScaleUpRule("slice-not-admitted", lambda g: not g.gang.admitted and bool(g.gang.replaces),
+                ScaleUp.HOLD,
+                lambda g: ("the scale-up waits for Kueue's quota; more workers would only "
+                           f"grow the slice that waits: {g.gang.reason}")),
     ScaleUpRule("gang-not-admitted", lambda g: not g.gang.admitted, ScaleUp.HOLD,
                 lambda g: f"new pods would only wait for admission: {g.gang.reason}"),
     # The node autoscaler said no node comes for a pod of this template: none comes for

@@ -24,7 +24,7 @@ from raygate.plugin.model import (
     PodView,
 )
 from raygate.plugin.native import GATE
-from raygate.plugin.scale_up import Batch
+from raygate.plugin.scale_up import KUEUE_GATE, Batch
 
 ASKS_FOR_A_NODE = frozenset({
     SchedulerVerdict.CAPACITY, SchedulerVerdict.CONSTRAINTS, SchedulerVerdict.OTHER})
@@ -237,6 +237,15 @@ POD_RULES: tuple[PodRule, ...] = (
         lambda f: f.verdict is SchedulerVerdict.GANG,
         lambda f: f"the scheduler waits for the rest of the gang; {_scheduler_said(f)}",
         lambda f: f.verdict_since),
+    # Kueue's elastic gate: the pod counts in a Workload slice not admitted yet (a
+    # scale-up beyond the admitted slice waits for Kueue's quota, not for room).
+    PodRule(
+        "kueue-slice-gated", PodState.WAITING_FOR_GANG_ADMISSION,
+        lambda f: KUEUE_GATE in f.pod.scheduling_gates,
+        lambda f: (f"Kueue's scheduling gate {KUEUE_GATE} holds it until its Workload "
+                   "slice is admitted: " + (f.gang.reason if not f.gang.admitted else
+                                            f"{f.gang.reason}; Kueue is lifting the gate")),
+        lambda f: f.pod.created),
     PodRule(
         "scale-up-held", PodState.WAITING_FOR_CAPACITY,
         lambda f: f.held,

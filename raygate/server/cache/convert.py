@@ -316,6 +316,7 @@ def gang_group_view(pg: kube.GangGroup, path: str = "$") -> GangGroupView:
 
 
 def workload_view(wl: kube.Workload, path: str = "$") -> WorkloadView:
+    annotations = wl.metadata.annotations
     return WorkloadView(
         namespace=wl.metadata.namespace,
         name=wl.metadata.name,
@@ -324,6 +325,7 @@ def workload_view(wl: kube.Workload, path: str = "$") -> WorkloadView:
         api_version=wl.api_version,
         pods=(sum(max(0, ps.count or 0) for ps in wl.spec.pod_sets)
               if wl.spec.pod_sets is not None else None),
+        replacement_for=(annotations.replacement_for or "") if annotations else "",
     )
 
 

@@ -58,7 +58,7 @@ from raygate.plugin.native import (
     release_role,
 )
 from raygate.plugin.placement import decide
-from raygate.plugin.scale_up import gated_pods, scale_up_batch
+from raygate.plugin.scale_up import KUEUE_GATE, gated_pods, scale_up_batch
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.admitted import AdmittedPods
@@ -219,7 +219,12 @@ class NativePlacement:
             self._told.discard(uid)
 
     def _release_cluster(self, snap: Snapshot, key: _ClusterKey, now: float) -> int:
-        gated = [p for p in gated_pods(snap, *key) if p.uid not in self._claims]
+        cluster = snap.raycluster(*key)
+        # An all-or-nothing scale-up is judged once Kueue's quota let it go: a pod behind
+        # Kueue's elastic gate keeps raygate's too (its change brings the cluster back).
+        kueue_waits = cluster is not None and cluster.all_or_nothing
+        gated = [p for p in gated_pods(snap, *key) if p.uid not in self._claims
+                 and not (kueue_waits and KUEUE_GATE in p.scheduling_gates)]
         for pod in gated:
             self._seen.setdefault(pod.uid, now)
         held = self._held_back(snap, key, now)

@@ -236,9 +236,20 @@ class WorkloadStatus(_Base):
     conditions: list[Condition] | None = None
 
 
+class WorkloadAnnotations(msgspec.Struct, omit_defaults=True):
+    """Only the annotation raygate reads: the slice an elastic Workload replaces."""
+
+    replacement_for: str | None = msgspec.field(
+        default=None, name="kueue.x-k8s.io/workload-slice-replacement-for")
+
+
+class WorkloadMeta(ObjectMeta):
+    annotations: WorkloadAnnotations | None = None
+
+
 class Workload(_Base):
     api_version: str = ""
-    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    metadata: WorkloadMeta = msgspec.field(default_factory=WorkloadMeta)
     spec: WorkloadSpec = msgspec.field(default_factory=WorkloadSpec)
     status: WorkloadStatus = msgspec.field(default_factory=WorkloadStatus)
 
