@@ -56,7 +56,7 @@ def serve(snapshot_file: Path, http_port: int, grpc_port: int, rate: float,
     import msgspec
     import uvloop
 
-    from raygate.plugin.config import PolicyConfig
+    from raygate.policy.config import PolicyConfig
     from raygate.server.app import build_server
     from raygate.server.cache import convert
     from raygate.server.cache.cluster import ClusterCache

@@ -21,7 +21,7 @@ running — no scheduler, no controllers, no kubelet or kwok to change a pod mea
    (psutil) then, and its peak (``VmHWM``) then and at the end.
 3. **Changes**: 1,000 distinct RayCluster worker pods, 20 a second, each turned not Ready
    by a status patch (``Ready``/``ContainersReady`` False) as a failing probe does. A
-   pod that is not ready enters its RayCluster's admission status (``raygate.plugin.
+   pod that is not ready enters its RayCluster's admission status (``raygate.policy.
    admission``: every pod not running), which raygate's admission-status API serves with
    an ETag and a long-poll (``GET /v1/namespaces/ray/rayclusters/<rc>/admission?
    waitForChange=<etag>``): the long-poll answers as soon as a snapshot holding the

@@ -164,7 +164,7 @@ def _measure(port: int, body: bytes, until: Callable[[], bool], *, at_least: int
 def _decode_convert_cost(cluster: Cluster, samples: int = 3000) -> float:
     """Microseconds to decode one pod watch event and build its view (the watcher's share
     of an event, done before the writer sees it)."""
-    from raygate.plugin.quantity import parse_milli
+    from raygate.policy.quantity import parse_milli
     from raygate.server.cache import convert
     from raygate.server.kube.decode import Decoders, decode_line
     from raygate.server.wire import kube

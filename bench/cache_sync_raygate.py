@@ -23,7 +23,7 @@ def raygate_main(conn: Connection, kubeconfig: str, admission: bool,
                  publish_interval: float | None) -> None:
     import uvloop
 
-    from raygate.plugin.config import PolicyConfig
+    from raygate.policy.config import PolicyConfig
     from raygate.server.app import build_server
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.kube.client import KubeTransport, load_connection

@@ -29,7 +29,7 @@ from bench.payloads import (
     request_node_names,
 )
 from bench.scenarios import CLUSTER_NODES
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot_files import load_text

@@ -17,7 +17,7 @@ from typing import Any
 
 from bench.kubeapi import ApiError, KubeApi
 from bench.stats import p50_p99
-from raygate.plugin.native import GATE, LABEL_RULE
+from raygate.policy.native import GATE, LABEL_RULE
 
 __all__ = ["GATE", "LABEL_RULE", "BurstClock", "Sent", "create_burst", "latencies", "marked",
            "p50_p99_ms"]

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from bench.cluster_json import build_cluster, raycluster_name
 from bench.payloads import FLOOR_GROUP, OVERFLOW_GROUP, ray_worker_pod
 from bench.stats import percentile
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot_files import load_text

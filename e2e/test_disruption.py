@@ -33,7 +33,7 @@ from e2e.events import wait_for_reason
 from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
-from raygate.plugin.budgets import budget_name
+from raygate.policy.budgets import budget_name
 from testbed.cluster import DEPLOY, REPO, Testbed
 from testbed.common import RAYGATE_ACCOUNT
 from testbed.processes import free_port, wait_for

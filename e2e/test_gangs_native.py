@@ -34,7 +34,7 @@ from e2e.gangs import GangRecorder, events
 from e2e.objects import RAY_IMAGE, SCENARIO_LABEL, TOLERATE_GPU, Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import priority_class
-from raygate.plugin.budgets import budget_name
+from raygate.policy.budgets import budget_name
 from testbed.cluster import Testbed
 from testbed.native_gangs import API, stamp_pods
 

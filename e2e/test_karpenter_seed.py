@@ -64,7 +64,7 @@ from e2e.test_scale_up import (
     released_whole,
     scale_up_pods,
 )
-from raygate.plugin.budgets import budget_name
+from raygate.policy.budgets import budget_name
 from testbed.cluster import Testbed
 from testbed.karpenter import Karpenter, node_pool
 

@@ -34,8 +34,8 @@ from e2e.objects import Group, node, raycluster
 from e2e.replicas import SECOND, Replicas, leads
 from e2e.scenario import Scenario, wait_until
 from raygate.client import connect
-from raygate.plugin.budgets import budget_name
-from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE
+from raygate.policy.budgets import budget_name
+from raygate.policy.native import GATE, LABEL_ROLE, LABEL_RULE
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

@@ -24,7 +24,7 @@ import pytest
 from e2e import report
 from e2e.objects import HEAD_NODE, TOLERATE_GPU, WORKER_NODE, Group, node, pool, raycluster
 from e2e.scenario import Scenario, wait_until
-from raygate.plugin.classify import LABEL_ROLE, LABEL_RULE
+from raygate.policy.classify import LABEL_ROLE, LABEL_RULE
 
 pytestmark = pytest.mark.e2e
 

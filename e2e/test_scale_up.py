@@ -27,8 +27,8 @@ from e2e.objects import Group, node, raycluster
 from e2e.policy import policy_changed
 from e2e.scenario import Scenario, wait_until
 from e2e.test_autoscaler import TIMEOUT, overflow, per_minute, ray_cluster
-from raygate.plugin.native import LABEL_ROLE
-from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION
+from raygate.policy.native import LABEL_ROLE
+from raygate.policy.scale_up import ALL_OR_NOTHING, ANNOTATION
 from testbed.cluster import Testbed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -45,7 +45,7 @@ from e2e.scenario import wait_until
 from raygate.client import connect
 from raygate.contract.admission_status import AdmissionStatus
 from raygate.contract.errors import RaygateError
-from raygate.plugin.native import GATE, LABEL_ROLE
+from raygate.policy.native import GATE, LABEL_ROLE
 from testbed.cluster import DEPLOY, REPO, Testbed, binary, running_testbed
 from testbed.pki import make_pki
 from testbed.webhook import NATIVE_PLACEMENT, webhook_configuration

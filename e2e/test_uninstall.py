@@ -41,8 +41,8 @@ from e2e.lagging import metric
 from e2e.objects import Group, raycluster
 from e2e.scenario import wait_until
 from e2e.uninstall import HOOK, ChartRaygate, chart_testbed, play_kubelet, widen_scale_strategy
-from raygate.plugin.native import GATE
-from raygate.plugin.scale_up import ALL_OR_NOTHING, ANNOTATION
+from raygate.policy.native import GATE
+from raygate.policy.scale_up import ALL_OR_NOTHING, ANNOTATION
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

@@ -32,7 +32,7 @@ from e2e.objects import (
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import assert_untouched, bring_up, pending_replacements, priority_class
 from raygate.contract.admission_status import AdmissionStatus
-from raygate.plugin.classify import LABEL_ROLE
+from raygate.policy.classify import LABEL_ROLE
 from testbed.cluster import Testbed
 
 pytestmark = pytest.mark.e2e

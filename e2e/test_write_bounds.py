@@ -27,13 +27,13 @@ from e2e.chart import documents, helm_template, template_failure
 from e2e.objects import Group, raycluster
 from e2e.scenario import Scenario, wait_until
 from e2e.write_bounds import account, apply_bounds, grant_raycluster_writes, pod, refused, view
-from raygate.plugin.budgets import Budget, budget_name
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE, VOLCANO_TASK_SPEC, NativeRule
-from raygate.plugin.native import release_patch as release
-from raygate.server.controllers.budgets import manifest
-from raygate.server.controllers.placement import FAILED_OPEN
-from raygate.server.controllers.requeue import ANNOTATION as RECONSIDERED
+from raygate.policy.budgets import Budget, budget_name
+from raygate.policy.config import PolicyConfig
+from raygate.policy.native import GATE, LABEL_ROLE, LABEL_RULE, VOLCANO_TASK_SPEC, NativeRule
+from raygate.policy.native import release_patch as release
+from raygate.server.controllers.floor_budgets import manifest
+from raygate.server.controllers.gate_release import FAILED_OPEN
+from raygate.server.controllers.stale_refusals import ANNOTATION as RECONSIDERED
 from raygate.server.kube.client import KubeTransport
 from testbed.api import Api
 from testbed.cluster import Testbed

@@ -28,9 +28,9 @@ import yaml
 
 from e2e.objects import Group, raycluster
 from e2e.write_bounds import account, apply_bounds, grant_raycluster_writes, pod, refused, view
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.native import GATE, LABEL_ROLE, LABEL_RULE, NativeRule, release_patch
-from raygate.server.controllers.placement import FAILED_OPEN
+from raygate.policy.config import PolicyConfig
+from raygate.policy.native import GATE, LABEL_ROLE, LABEL_RULE, NativeRule, release_patch
+from raygate.server.controllers.gate_release import FAILED_OPEN
 from raygate.server.kube.client import KubeTransport
 from raygate.server.kube.writes import FIELD_MANAGER
 from testbed.api import Api

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from e2e.chart import Obj, documents, helm_template
-from raygate.plugin.model import PodView
+from raygate.policy.model import PodView
 from raygate.server.cache.convert import PodViews
 from raygate.server.kube.client import KubeTransport, load_connection
 from raygate.server.kube.transport import ApiError

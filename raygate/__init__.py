@@ -2,7 +2,7 @@
 
 - ``raygate.contract``: the floor client and server share (errors and how they travel,
   the admission-status types, the protobuf code, logs, version);
-- ``raygate.plugin``: the pure policy (classification, placement, victims, admission);
+- ``raygate.policy``: the pure policy (classification, placement, victims, admission);
 - ``raygate.server``: what runs in the raygate pod (the extenders, the admission-status
   API, the webhook, list/watch and the cache, settings, the CLI): the ``server`` extra;
 - ``raygate.client``: the client of the admission-status API, for KubeRay and the Ray

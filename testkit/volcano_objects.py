@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raygate.plugin.quantity import parse_milli
+from raygate.policy.quantity import parse_milli
 from testkit.builders import Obj
 
 PENDING, ALLOCATED, BOUND, RUNNING, RELEASING = 1, 2, 16, 32, 64

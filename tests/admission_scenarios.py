@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Self
 
-from raygate.plugin.native import GATE
+from raygate.policy.native import GATE
 from testkit.builders import (
     T0_EPOCH,
     Obj,

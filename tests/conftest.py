@@ -18,7 +18,7 @@ import pytest
 import trustme
 import uvloop
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.app import build_server
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot

@@ -46,7 +46,7 @@ def _function_lengths(path: Path) -> list[tuple[str, int, int]]:
 
 def test_the_package_is_found() -> None:
     files = _production_files()
-    assert PACKAGE / "plugin" / "placement.py" in files
+    assert PACKAGE / "policy" / "placement.py" in files
     assert not any(path.is_relative_to(GENERATED) for path in files)
 
 

@@ -67,7 +67,7 @@ def json_body(schema: Schema, description: str) -> Schema:
 ERROR = ref("Error")
 QUANTITY_PATTERN = (r"^\s*[+-]?(?:[0-9]{1,3}(?:\.[0-9]*)?|\.[0-9]+)"
                     r"(?:Ki|Mi|Gi|Ti|Pi|[numkMGTP]|[eE][+-]?[0-9])?\s*$")
-"""resource.Quantity's grammar (``raygate.plugin.quantity``), bounded so that every value
+"""resource.Quantity's grammar (``raygate.policy.quantity``), bounded so that every value
 it matches is within an int64 (raygate refuses larger ones, and a pattern cannot say "at
 most 2^63-1"): up to three integer digits, suffixes up to ``Pi``/``P``, a one-digit
 exponent. raygate reads every quantity Kubernetes writes; this is what the document

@@ -83,7 +83,7 @@ def _big_raycluster(pods: int) -> list[Obj]:
 
 
 def test_admission_status(benchmark: Benchmark) -> None:
-    from raygate.plugin.admission import admission_status
+    from raygate.policy.admission import admission_status
 
     snapshot = snapshot_of(_big_raycluster(MICRO.admission_pods))
     cluster = snapshot.raycluster("ray", "big")

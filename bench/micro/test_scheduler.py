@@ -15,7 +15,7 @@ import pytest
 from bench.micro.conftest import NOW, Benchmark, Cluster, cache_of
 from bench.payloads import extender_args
 from bench.scenarios import MICRO
-from raygate.plugin.placement import Placement, decide, filter_names
+from raygate.policy.placement import Placement, decide, filter_names
 from raygate.server.cache import convert
 from raygate.server.cache.editor import SnapshotEditor
 from raygate.server.fronts.scheduler import HostPriorities, SchedulerExtender

@@ -22,7 +22,7 @@ from typing import Protocol
 from raygate.client import connect, token_file
 from raygate.contract.admission_status import AdmissionStatus
 from raygate.contract.errors import RaygateError
-from raygate.contract.logs import about
+from raygate.process.logs import about
 from raygate.ray_autoscaler.settings import AutoscalerSettings
 
 __all__ = ["Advice", "Advisor", "PodAdvice", "client_for"]

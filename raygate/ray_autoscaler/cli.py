@@ -19,8 +19,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from raygate.contract.version import describe
-from raygate.plugin.config import ConfigError
+from raygate.policy.config import ConfigError
+from raygate.process.version import describe
 from raygate.ray_autoscaler.settings import (
     ENV_CA_FILE,
     ENV_CERT_FILE,

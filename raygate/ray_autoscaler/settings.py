@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
 from raygate.client import SERVICE_ACCOUNT_TOKEN, TlsSettings
-from raygate.plugin.config import ConfigError
+from raygate.policy.config import ConfigError
 
 __all__ = [
     "ENV_CA_FILE",

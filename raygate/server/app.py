@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import grpc
 
-from raygate.contract import logs
-from raygate.contract.version import describe
-from raygate.plugin.config import ConfigError
+from raygate.policy.config import ConfigError
+from raygate.process import logs
+from raygate.process.version import describe
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.keys import ClusterObjects
@@ -31,12 +31,12 @@ from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_f
 from raygate.server.config.load import Loaded, authz_enabled
 from raygate.server.config.reload import PolicyReloader
 from raygate.server.config.settings import ServeSettings, parse_addr
-from raygate.server.controllers.admitted import AdmittedPods
-from raygate.server.controllers.budgets import BudgetApi, DisruptionBudgets
-from raygate.server.controllers.outlook import NoNodeComingEvents
-from raygate.server.controllers.placement import NativePlacement, PatchPod
-from raygate.server.controllers.recorder import EventApi, EventRecorder
-from raygate.server.controllers.requeue import Annotate, StaleRefusals
+from raygate.server.controllers.admitted_pods import AdmittedPods
+from raygate.server.controllers.events import EventApi, EventRecorder
+from raygate.server.controllers.floor_budgets import BudgetApi, FloorBudgets
+from raygate.server.controllers.gate_release import GateRelease, PatchPod
+from raygate.server.controllers.no_node_events import NoNodeComingEvents
+from raygate.server.controllers.stale_refusals import Annotate, StaleRefusals
 from raygate.server.fronts.admission.http import admission_routes
 from raygate.server.fronts.admission.service import AdmissionService
 from raygate.server.fronts.explain.http import explain_routes
@@ -230,8 +230,8 @@ class Controllers(TypedDict):
     """What follows the cache beside the requests: ``Services``' fields of that name."""
 
     stale_refusals: StaleRefusals | None
-    budgets: DisruptionBudgets | None
-    native: NativePlacement | None
+    budgets: FloorBudgets | None
+    native: GateRelease | None
     events: EventRecorder | None
     outlook: NoNodeComingEvents | None
 
@@ -252,9 +252,9 @@ def _controllers(
         event_api, metrics, identity(), leading=leadership.leading)
     stale = scheduler.stale_refusals = None if annotate_pod is None else StaleRefusals(
         cache, scheduler.clock, annotate_pod, metrics)
-    budgets = None if budget_api is None else DisruptionBudgets(
+    budgets = None if budget_api is None else FloorBudgets(
         cache, budget_api, metrics, time.monotonic, events=events)
-    native = None if patch_pod is None else NativePlacement(
+    native = None if patch_pod is None else GateRelease(
         cache, scheduler.clock, patch_pod, metrics, leading=leadership.leading,
         wait_seconds=settings.placement_wait_seconds, admitted=admitted, events=events)
     outlook = None if events is None else NoNodeComingEvents(

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from raygate.contract.version import describe
-from raygate.plugin.config import ConfigError
+from raygate.policy.config import ConfigError
+from raygate.process.version import describe
 
 # Only what the parser needs, so that `raygate --version` and `--help` answer at once,
 # and on an install without the server extra (raygate.cli): each command imports the
@@ -154,7 +154,7 @@ def _check_parser(commands: Subcommands) -> None:
 
 
 def _byte_size(text: str) -> int:
-    from raygate.server.check import parse_size
+    from raygate.server.check.inputs import parse_size
 
     try:
         return parse_size(text)
@@ -267,7 +267,7 @@ def _explain_offline(args: argparse.Namespace, namespace: str, name: str,
                      nodes: list[str] | None) -> ExplainReply | int:
     """The explanation from a snapshot file or the demo cluster, or the exit status of a
     file raygate cannot load (said on stderr)."""
-    from raygate.plugin.config import PolicyConfig
+    from raygate.policy.config import PolicyConfig
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.cache.editor import build_snapshot
     from raygate.server.cache.snapshot_files import (
@@ -291,9 +291,9 @@ def _explain_offline(args: argparse.Namespace, namespace: str, name: str,
 
 
 def _check(args: argparse.Namespace) -> int:
-    from raygate.plugin.config import PolicyConfig
+    from raygate.policy.config import PolicyConfig
     from raygate.server.cache.snapshot_files import SnapshotError
-    from raygate.server.check import live_inputs, run_check
+    from raygate.server.check.run import live_inputs, run_check
     from raygate.server.config.file import load_config_file
     from raygate.server.kube.client import ClusterConfigError, NoClusterConfig, load_connection
 

@@ -25,14 +25,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raygate.plugin.config import ConfigError
+from raygate.policy.config import ConfigError
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
-from raygate.server.controllers.budgets import DisruptionBudgets
-from raygate.server.controllers.outlook import NoNodeComingEvents
-from raygate.server.controllers.placement import NativePlacement
-from raygate.server.controllers.recorder import EventRecorder
-from raygate.server.controllers.requeue import StaleRefusals
+from raygate.server.controllers.events import EventRecorder
+from raygate.server.controllers.floor_budgets import FloorBudgets
+from raygate.server.controllers.gate_release import GateRelease
+from raygate.server.controllers.no_node_events import NoNodeComingEvents
+from raygate.server.controllers.stale_refusals import StaleRefusals
 from raygate.server.fronts.admission.service import AdmissionService
 from raygate.server.fronts.admission.servicer import SERVICE_NAME as ADMISSION_SERVICE
 from raygate.server.fronts.admission.servicer import add_admission_service
@@ -79,8 +79,8 @@ class Services:
     own lifecycle (``stop`` makes ``/readyz`` answer 503), so the server adds them."""
     webhook_routes: dict[str, Route] = field(default_factory=dict)
     stale_refusals: StaleRefusals | None = None
-    native: NativePlacement | None = None
-    budgets: DisruptionBudgets | None = None
+    native: GateRelease | None = None
+    budgets: FloorBudgets | None = None
     events: EventRecorder | None = None
     outlook: NoNodeComingEvents | None = None
     grpc_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()

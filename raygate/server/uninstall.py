@@ -10,7 +10,7 @@ raygate strands nothing. In order:
 3. release every pending Ray pod that holds raygate's scheduling gate
    (``raygate.io/placement``): a JSON Patch that removes the gate and nothing else, with
    a ``test`` of the pod's UID and of the gate's index, as raygate's own release has
-   (``plugin.native.gate_removal``). No role or rule is written: nothing of raygate should
+   (``policy.native.gate_removal``). No role or rule is written: nothing of raygate should
    stay behind, and the pod is scheduled as its spec says. A pod another writer changed
    meanwhile fails the test, is read again and tried again;
 4. delete every PodDisruptionBudget raygate wrote (label
@@ -40,8 +40,8 @@ from typing import Any, Protocol, TextIO
 
 import msgspec
 
-from raygate.plugin.budgets import LABEL_MANAGED_BY, MANAGED_BY
-from raygate.plugin.native import GATE, gate_removal
+from raygate.policy.budgets import LABEL_MANAGED_BY, MANAGED_BY
+from raygate.policy.native import GATE, gate_removal
 from raygate.server.kube.transport import ApiError, NotServed, TransportError
 from raygate.server.wire import DECODE_ERRORS, kube
 

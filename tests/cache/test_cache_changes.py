@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.admission import admission_statuses
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.model import (
+from raygate.policy.admission import admission_statuses
+from raygate.policy.config import PolicyConfig
+from raygate.policy.model import (
     Condition,
     GroupKey,
     NodeView,

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import (
+from raygate.policy.config import PolicyConfig
+from raygate.policy.devices import (
     ClaimTemplateView,
     ClaimView,
     DeviceClassView,
     ResourceSliceView,
 )
-from raygate.plugin.model import (
+from raygate.policy.model import (
     Condition,
     GangGroupView,
     GroupKey,

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.model import PodView
+from raygate.policy.model import PodView
 from raygate.server.cache import convert, snapshot_files
 from raygate.server.cache.convert import PodViews
 from raygate.server.cache.snapshot_files import demo_text

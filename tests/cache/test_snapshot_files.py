@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_files, load_text
 from testkit.builders import (

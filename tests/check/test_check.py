@@ -16,12 +16,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.lint import RULES, lint
-from raygate.plugin.lint_model import ClusterFacts, Severity
-from raygate.server.check import check_files, run_check
+from raygate.policy.config import PolicyConfig
+from raygate.policy.lint.model import ClusterFacts, Severity
+from raygate.policy.lint.rules import RULES, lint
 from raygate.server.check.inputs import DEFAULT_MAX_BYTES
 from raygate.server.check.report import EXIT_CLEAN, EXIT_FOUND, EXIT_NOTHING, EXIT_UNUSABLE
+from raygate.server.check.run import check_files, run_check
 from raygate.server.cli import main
 from testkit.builders import Obj, make_raycluster
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from raygate.plugin.config import PolicyConfig
-from raygate.server.check import VERSIONS, check_files
+from raygate.policy.config import PolicyConfig
 from raygate.server.check.report import EXIT_CLEAN, EXIT_FOUND
+from raygate.server.check.run import check_files
+from raygate.server.check.schema import VERSIONS
 from tests.docs import doc
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "kuberay-samples"

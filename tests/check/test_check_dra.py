@@ -11,16 +11,16 @@ from typing import TypeVar
 import msgspec
 import pytest
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import gpu_devices
-from raygate.plugin.lint import lint
-from raygate.plugin.lint_model import ClusterFacts
+from raygate.policy.config import PolicyConfig
+from raygate.policy.devices import gpu_devices
+from raygate.policy.lint.model import ClusterFacts
+from raygate.policy.lint.rules import lint
 from raygate.server.cache.devices import (
     claim_template_view,
     device_class_view,
     resource_claim_view,
 )
-from raygate.server.check import check_files, live_inputs
+from raygate.server.check.run import check_files, live_inputs
 from raygate.server.kube.client import load_connection
 from raygate.server.wire import dra
 from testkit.builders import (

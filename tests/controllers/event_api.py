@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raygate.server.controllers.recorder import EventRecorder
+from raygate.server.controllers.events import EventRecorder
 from raygate.server.kube.transport import ApiError
 
 

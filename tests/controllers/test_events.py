@@ -1,4 +1,4 @@
-"""The Event recorder (``raygate.server.controllers.recorder``): what it creates and
+"""The Event recorder (``raygate.server.controllers.events``): what it creates and
 patches as Events alike repeat, its rate limit and queue, against a recording double of
 the API server (the double is here for virtual time and faults; the e2e scenarios have
 the real kube-apiserver store and show what raygate says)."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.server.controllers.recorder import (
+from raygate.server.controllers.events import (
     BURST,
     FINISH_SECONDS,
     MAX_NOTE,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from jsonschema import Draft7Validator
 
-from raygate.plugin.config import PolicyConfig, policy_config_to_mapping
+from raygate.policy.config import PolicyConfig, policy_config_to_mapping
 from raygate.server.config.settings import BY_KEY
 
 ROOT = Path(__file__).resolve().parents[2]

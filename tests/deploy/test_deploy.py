@@ -15,7 +15,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot_files import load_files
 from raygate.server.cli import _parser

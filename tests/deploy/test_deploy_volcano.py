@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
 

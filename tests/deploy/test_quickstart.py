@@ -19,8 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.quantity import parse_milli
+from raygate.policy.config import PolicyConfig
+from raygate.policy.quantity import parse_milli
 from raygate.server.cache.cluster import ClusterCache
 from testbed.build import COMPONENTS
 from tests.conftest import FakeClock, ServerThread, snapshot_of

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
 from tests.docs import doc, documentation

@@ -12,8 +12,8 @@ import httpx
 import yaml
 
 from e2e.doc_capture import blocks
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.placement import Rule
+from raygate.policy.config import PolicyConfig
+from raygate.policy.placement import Rule
 from raygate.server.cache.cluster import ClusterCache
 from testkit.builders import make_node, make_pod, uid_for
 from tests.conftest import FakeClock, ServerThread, snapshot_of

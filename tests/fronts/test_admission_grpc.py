@@ -19,7 +19,7 @@ from raygate.contract.admission_status import WatchEvent, from_proto, to_proto
 from raygate.contract.errors import BadRequest, RayClusterNotFound, Unavailable
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 from raygate.contract.proto.raygate.v1 import admission_pb2_grpc
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from testkit.builders import make_pod, make_raycluster
 from tests import admission_scenarios as sc

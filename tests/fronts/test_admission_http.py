@@ -26,8 +26,8 @@ from jsonschema import Draft202012Validator
 from raygate.client import HttpAdmissionClient
 from raygate.contract.errors import RayClusterNotFound
 from raygate.contract.proto.raygate.v1 import admission_pb2, admission_pb2_grpc
-from raygate.plugin.admission import PodState
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.admission import PodState
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from testkit.builders import T0_EPOCH, make_pod, make_raycluster
 from tests import admission_scenarios as sc

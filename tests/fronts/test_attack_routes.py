@@ -36,8 +36,8 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.native import GATE
+from raygate.policy.config import PolicyConfig
+from raygate.policy.native import GATE
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot_files import demo_text, load_text

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
 from raygate.server.http.routes import API_MAX_BODY

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
+from raygate.policy.config import GpuNodesForSurplus, PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import SnapshotEditor, build_snapshot
 from raygate.server.cache.snapshot import Snapshot

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raygate.contract.errors import BadRequest
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot

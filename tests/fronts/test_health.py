@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from testkit.builders import make_node
 from tests.conftest import FakeClock, ServerThread

@@ -29,7 +29,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import negative_data_rejection
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.fronts.webhook import RayPodWebhook
 from raygate.server.metrics.registry import Metrics

@@ -1,6 +1,6 @@
 """filter and prioritize over real HTTP on loopback: the protocol's cases (names or Node
 objects, the reply's fields, unknown nodes, bad pods), both nodeCacheCapable modes; the
-rules themselves are tests/plugin/test_placement.py's."""
+rules themselves are tests/policy/test_placement.py's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from raygate.contract.errors import BadRequest, MissingField
-from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
+from raygate.policy.config import GpuNodesForSurplus, PolicyConfig
 from raygate.server.fronts.scheduler import RequestPods
 from testkit.builders import (
     T0,
@@ -67,7 +67,7 @@ def preempted_over(at: str, node: str = "gpu-1", reason: str = "PreemptionBySche
 
 # The protocol's own cases, one per kind of answer (unmanaged: every node back, no score;
 # refused: the GPU nodes in FailedAndUnresolvableNodes, a node never seen passing; managed
-# and passing: integer scores). Which rule gives which answer is tests/plugin/test_placement.py's.
+# and passing: integer scores). Which rule gives which answer is tests/policy/test_placement.py's.
 CASES = [
     Case("non-ray pod passes everything", make_pod("web", "default").requests(cpu="1").obj(),
          managed=False),

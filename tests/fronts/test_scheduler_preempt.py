@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.classify import group_floor
-from raygate.plugin.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView
-from raygate.plugin.placement import decide
-from raygate.plugin.victims import Candidate, select_victims
+from raygate.policy.classify import group_floor
+from raygate.policy.model import ANNOTATION_PREEMPTABLE, GroupKey, PodView
+from raygate.policy.placement import decide
+from raygate.policy.victims import Candidate, select_victims
 from raygate.server.cache import convert
 from raygate.server.wire import kube
 from testkit.builders import T0_EPOCH, Obj, iso, make_node, make_pod, make_raycluster, uid_for

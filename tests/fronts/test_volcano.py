@@ -1,5 +1,5 @@
 """Volcano's extender verbs over real HTTP on loopback: every trap of the wire format, and
-malformed input; the placement rules themselves are tests/plugin/test_placement.py's."""
+malformed input; the placement rules themselves are tests/policy/test_placement.py's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from testkit.builders import (
     T0,
     T0_EPOCH,
@@ -61,7 +61,7 @@ PASS = {"status": "", "code": 0}
 
 # The protocol's own cases: a refusal (code 3, the message in ``status``) and a pass (the
 # exact empty answer), for a node the cache knows and for one it classifies from the
-# request's own Node object. Which rule refuses which pod is tests/plugin/test_placement.py's.
+# request's own Node object. Which rule refuses which pod is tests/policy/test_placement.py's.
 PREDICATE_CASES = [
     ("floor worker on a gpu node", base("b1").obj(), GPU, 3, "raygate: floor-avoids-gpu"),
     ("floor worker on a cpu node", base("b1").obj(), CPU, 0, ""),

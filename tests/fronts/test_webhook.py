@@ -14,8 +14,8 @@ import httpx
 import jsonpatch
 import pytest
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.native import GATE
+from raygate.policy.config import PolicyConfig
+from raygate.policy.native import GATE
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.fronts.webhook import MARKER, RayPodWebhook
 from raygate.server.metrics.registry import Metrics

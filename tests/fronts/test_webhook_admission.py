@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raygate.plugin.classify import LABEL_ROLE, LABEL_RULE
-from raygate.plugin.config import GpuNodesForSurplus, PolicyConfig
-from raygate.plugin.native import ANNOTATION_ADMITTED, GATE
+from raygate.policy.classify import LABEL_ROLE, LABEL_RULE
+from raygate.policy.config import GpuNodesForSurplus, PolicyConfig
+from raygate.policy.native import ANNOTATION_ADMITTED, GATE
 from raygate.server.cache.cluster import ClusterCache
-from raygate.server.controllers.admitted import HOLD_SECONDS, AdmittedPods
+from raygate.server.controllers.admitted_pods import HOLD_SECONDS, AdmittedPods
 from raygate.server.fronts.webhook import RayPodWebhook
 from raygate.server.metrics.registry import Metrics
 from testkit.builders import T0_EPOCH, Obj, make_pod, make_raycluster

@@ -128,7 +128,7 @@ def test_list_reads_names_and_clusters_across_namespaces(
 
 def test_a_pod_annotation_is_a_strategic_merge_patch_with_its_uid(
         api: tuple[Recorder, KubeTransport]) -> None:
-    """The stale-refusal ask (``raygate.server.controllers.requeue``): one PATCH of the pod,
+    """The stale-refusal ask (``raygate.server.controllers.stale_refusals``): one PATCH of the pod,
     its UID in the body as a precondition, said as a strategic merge patch; a refusal is
     raygate's error."""
     recorder, transport = api

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.model import GroupKey
+from raygate.policy.config import PolicyConfig
+from raygate.policy.model import GroupKey
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.keys import KINDS, key_of
 from raygate.server.cache.snapshot import Snapshot

@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.model import PodView
+from raygate.policy.config import PolicyConfig
+from raygate.policy.model import PodView
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.keys import POD, WORKLOAD
 from raygate.server.cache.sync import SyncStatus

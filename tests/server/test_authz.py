@@ -29,7 +29,7 @@ from raygate.contract.errors import Forbidden, Unauthorized, Unavailable
 from raygate.contract.proto.raygate.v1 import admission_pb2 as apb
 from raygate.contract.proto.raygate.v1 import admission_pb2_grpc, explain_pb2_grpc
 from raygate.contract.proto.raygate.v1 import explain_pb2 as epb
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.authz.authorizer import Authorizer, bearer_token
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.fronts.admission.servicer import SERVICE_NAME as ADMISSION_SERVICE

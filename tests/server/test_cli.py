@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.app import build_server
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.check.inputs import DEFAULT_MAX_BYTES
@@ -330,7 +330,8 @@ def test_grpc_does_not_share_its_port_with_a_reuseport_listener() -> None:
 
 
 def test_the_parser_offers_the_kuberay_versions_the_check_knows() -> None:
-    from raygate.server import check, cli
+    from raygate.server import cli
+    from raygate.server.check import schema as check
 
     assert cli.KUBERAY_VERSIONS == check.VERSIONS
     assert cli.KUBERAY_VERSIONS[-1] == check.DEFAULT_VERSION

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from raygate.plugin.config import (
+from raygate.policy.config import (
     ConfigError,
     GpuNodesForSurplus,
     PolicyConfig,

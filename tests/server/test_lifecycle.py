@@ -24,7 +24,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
 from testkit.builders import make_node, make_pod, make_raycluster

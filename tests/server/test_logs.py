@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from raygate.contract import logs
+from raygate.process import logs
 from raygate.server.cli import _parser
 from testkit.builders import make_node, make_pod, make_raycluster, uid_for
 from testkit.volcano_objects import task_info

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.model import ANNOTATION_PREEMPTABLE
-from raygate.plugin.placement import Rule
+from raygate.policy.config import PolicyConfig
+from raygate.policy.model import ANNOTATION_PREEMPTABLE
+from raygate.policy.placement import Rule
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.sync import SyncStatus
 from raygate.server.metrics.registry import LATENCY_BUCKETS, Metrics

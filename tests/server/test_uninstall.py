@@ -16,7 +16,7 @@ import jsonpatch
 import msgspec
 import pytest
 
-from raygate.plugin.native import GATE, gate_removal
+from raygate.policy.native import GATE, gate_removal
 from raygate.server.kube.transport import ApiError, NotServed
 from raygate.server.uninstall import Options, Uninstall, scale_gate_removal
 

@@ -26,7 +26,7 @@ import (
 	"strings"
 )
 
-// raygate's defaults (plugin/config.py).
+// raygate's defaults (policy/config.py).
 var gpuResources = []string{
 	"nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe",
 	"habana.ai/gaudi", "aws.amazon.com/neuron", "google.com/tpu",

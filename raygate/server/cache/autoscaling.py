@@ -1,5 +1,5 @@
 """What the node autoscalers said and brought, as the snapshot holds it: the pod Events
-``raygate.plugin.admission.autoscalers`` reads (by Event and by pod UID) and Karpenter's
+``raygate.policy.admission.autoscalers`` reads (by Event and by pod UID) and Karpenter's
 NodeClaims; ``AutoscalerTables`` edits their indexes for ``SnapshotEditor``.
 
 Memory follows the pending Ray pods, not the cluster's events: an event about a pod the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from raygate.plugin.model import NodeClaimView, PodEventView, PodView
+from raygate.policy.model import NodeClaimView, PodEventView, PodView
 from raygate.server.cache.indexes import Editing
 from raygate.server.cache.keys import EVENT, NODECLAIM, ClusterKey, ObjectKey
 from raygate.server.cache.maps import Entry, _Flat

@@ -9,7 +9,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.editor import reconfigured
 from raygate.server.cache.snapshot import Changes, Snapshot
 from raygate.server.cache.sync import SyncStatus

@@ -1,5 +1,5 @@
 """Wire structs (``raygate.server.wire.kube``) to the policy's frozen views
-(``raygate.plugin.model``).
+(``raygate.policy.model``).
 
 Quantities become milli-units and RFC 3339 timestamps seconds since the epoch. A value
 that cannot be converted raises ``ConversionError`` with the field path.
@@ -18,10 +18,10 @@ from datetime import datetime
 from types import MappingProxyType
 
 from raygate.contract.errors import BadRequest
-from raygate.plugin.admission.autoscalers import wanted
-from raygate.plugin.constraints import Taint
-from raygate.plugin.devices import PodClaim
-from raygate.plugin.model import (
+from raygate.policy.admission.autoscalers import wanted
+from raygate.policy.constraints import Taint
+from raygate.policy.devices import PodClaim
+from raygate.policy.model import (
     ANNOTATION_PREEMPTABLE,
     EMPTY,
     Condition,
@@ -37,9 +37,9 @@ from raygate.plugin.model import (
     WorkerGroupSpec,
     WorkloadView,
 )
-from raygate.plugin.native import ANNOTATION_ADMITTED
-from raygate.plugin.quantity import QuantityError, parse_milli
-from raygate.plugin.scale_up import ALL_OR_NOTHING, KEEPS_PODS_OFF
+from raygate.policy.native import ANNOTATION_ADMITTED
+from raygate.policy.quantity import QuantityError, parse_milli
+from raygate.policy.scale_up import ALL_OR_NOTHING, KEEPS_PODS_OFF
 from raygate.server.cache.convert_gated import UNGATED, gated
 from raygate.server.cache.memo import Memo
 from raygate.server.wire import kube
@@ -112,7 +112,7 @@ def _conditions(conds: list[kube.Condition] | None, path: str) -> tuple[Conditio
 _NONE: Mapping[str, str] = MappingProxyType({})
 
 POD_CONDITIONS = frozenset({"PodScheduled", "Ready", "DisruptionTarget"})
-"""The pod conditions raygate reads (``PodView.condition`` in ``raygate.plugin.admission``
+"""The pod conditions raygate reads (``PodView.condition`` in ``raygate.policy.admission``
 and ``raygate.server.cache.cluster``); the others (Initialized, ContainersReady, ...) are
 left out of the views the cache holds: at 150,000 pods they are a quarter of the memory.
 A rule that reads another condition type adds it here."""

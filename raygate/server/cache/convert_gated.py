@@ -1,6 +1,6 @@
 """What a pod keeps while raygate's placement gate holds it: the shape of its node affinity
 (the release patch adds to what is there) and where it may go (whether a held
-all-or-nothing scale-up fits the nodes, ``raygate.plugin.scale_up``). No other pod keeps
+all-or-nothing scale-up fits the nodes, ``raygate.policy.scale_up``). No other pod keeps
 either: they are read from ``spec.affinity``, ``spec.nodeSelector`` and
 ``spec.tolerations`` as the API server validated them."""
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from raygate.plugin.constraints import NodeConstraints, NodeRequirement, Toleration
-from raygate.plugin.model import NodeAffinityShape
-from raygate.plugin.native import GATE
+from raygate.policy.constraints import NodeConstraints, NodeRequirement, Toleration
+from raygate.policy.model import NodeAffinityShape
+from raygate.policy.native import GATE
 from raygate.server.wire import kube
 
 __all__ = ["UNGATED", "Gated", "affinity_shape", "gated", "required_terms"]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import cast
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import (
+from raygate.policy.config import PolicyConfig
+from raygate.policy.devices import (
     ClaimTemplateView,
     ClaimView,
     DeviceClassView,

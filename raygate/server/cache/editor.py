@@ -9,10 +9,10 @@ from typing import cast
 
 from immutables import Map
 
-from raygate.plugin.classify import gpu_node_reason, is_scheduled, preemption_record
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import ClaimView, DeviceClassView, ResourceSliceView
-from raygate.plugin.model import (
+from raygate.policy.classify import gpu_node_reason, is_scheduled, preemption_record
+from raygate.policy.config import PolicyConfig
+from raygate.policy.devices import ClaimView, DeviceClassView, ResourceSliceView
+from raygate.policy.model import (
     GangGroupView,
     GroupKey,
     NodeClaimView,

@@ -9,13 +9,13 @@ from typing import Any
 
 from immutables import Map
 
-from raygate.plugin.devices import (
+from raygate.policy.devices import (
     ClaimTemplateView,
     ClaimView,
     DeviceClassView,
     ResourceSliceView,
 )
-from raygate.plugin.model import (
+from raygate.policy.model import (
     GangGroupView,
     GroupKey,
     NodeClaimView,

@@ -6,13 +6,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from raygate.plugin.devices import (
+from raygate.policy.devices import (
     ClaimTemplateView,
     ClaimView,
     DeviceClassView,
     ResourceSliceView,
 )
-from raygate.plugin.model import (
+from raygate.policy.model import (
     GangGroupView,
     NodeClaimView,
     NodeView,

@@ -10,7 +10,7 @@ changes in one lookup."""
 
 from __future__ import annotations
 
-from raygate.plugin.model import RayClusterView, WorkloadView
+from raygate.policy.model import RayClusterView, WorkloadView
 from raygate.server.cache.indexes import Editing
 from raygate.server.cache.keys import ClusterKey
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 
-from raygate.plugin.model import GroupKey, PreemptionRecord
+from raygate.policy.model import GroupKey, PreemptionRecord
 from raygate.server.cache.maps import _Flat
 
 Records = _Flat[GroupKey, tuple[PreemptionRecord, ...]]

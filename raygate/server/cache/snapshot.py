@@ -17,7 +17,7 @@ node appears, disappears or changes class, and an edit then copies them once (O(
 
 Pods are indexed by UID, by node, by RayCluster group and by RayCluster. The tuples of
 ``pods_on_node``, ``group_pods``, ``cluster_pods`` and ``rayclusters`` come in no
-particular order; ``Snapshot`` implements ``raygate.plugin.model.ClusterView``."""
+particular order; ``Snapshot`` implements ``raygate.policy.model.ClusterView``."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ from typing import Any, TypeVar
 
 from immutables import Map
 
-from raygate.plugin.admission.gang import KUEUE_JOBS, workload_of
-from raygate.plugin.classify import pod_requests
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.devices import ClaimView, GpuDevices, gpu_devices
-from raygate.plugin.model import (
+from raygate.policy.admission.gang import KUEUE_JOBS, workload_of
+from raygate.policy.classify import pod_requests
+from raygate.policy.config import PolicyConfig
+from raygate.policy.devices import ClaimView, GpuDevices, gpu_devices
+from raygate.policy.model import (
     EMPTY,
     GangGroupView,
     GroupKey,
@@ -114,7 +114,7 @@ _serials = itertools.count(1)
 
 
 class Snapshot:
-    """One immutable, indexed state of the cluster. Implements ``raygate.plugin.model.ClusterView``.
+    """One immutable, indexed state of the cluster. Implements ``raygate.policy.model.ClusterView``.
 
     Made by ``raygate.server.cache.editor`` only: ``build_snapshot(objects, config)``
     builds one whole, ``SnapshotEditor(snapshot)`` starts the next from this one.
@@ -157,7 +157,7 @@ class Snapshot:
         snap._ignored = Counter()
         return snap
 
-    # --- plugin.model.ClusterView -------------------------------------------------------
+    # --- policy.model.ClusterView -------------------------------------------------------
     def node(self, name: str) -> NodeView | None:
         return _held(self.indexes.nodes, name)
 

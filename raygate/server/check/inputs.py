@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import msgspec
 import yaml
 
-from raygate.plugin.quantity import QuantityError, parse_milli
+from raygate.policy.quantity import QuantityError, parse_milli
 from raygate.server.cache.snapshot_files import ManifestLoader
 from raygate.server.wire import DECODE_ERRORS
 

@@ -1,5 +1,5 @@
 """One Ray object (a RayCluster, or a RayJob or RayService embedding a RayCluster spec)
-checked whole: KubeRay's CRD schema, then ``raygate.plugin.lint``'s rules on the RayCluster
+checked whole: KubeRay's CRD schema, then ``raygate.policy.lint.rules``'s rules on the RayCluster
 it makes. A field the schema refuses is left out of what the rules see (and a rule finding
 on the same field is dropped), so one bad value neither hides the rest nor is said twice.
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.lint import lint
-from raygate.plugin.lint_model import (
+from raygate.policy.config import PolicyConfig
+from raygate.policy.lint.manifest import RAY_KINDS, field_path, schema_violation
+from raygate.policy.lint.model import (
     Finding,
     GroupSpec,
     HeadSpec,
@@ -22,7 +22,7 @@ from raygate.plugin.lint_model import (
     Severity,
     Toleration,
 )
-from raygate.plugin.manifest import RAY_KINDS, field_path, schema_violation
+from raygate.policy.lint.rules import lint
 from raygate.server.cache import convert
 from raygate.server.cache.convert_gated import required_terms
 from raygate.server.check import schema

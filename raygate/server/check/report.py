@@ -8,8 +8,8 @@ from typing import TextIO
 
 import msgspec
 
-from raygate.plugin.lint_model import Finding, LintCluster, Severity
-from raygate.plugin.manifest import RAY_KINDS
+from raygate.policy.lint.manifest import RAY_KINDS
+from raygate.policy.lint.model import Finding, LintCluster, Severity
 from raygate.server.check import schema
 
 __all__ = ["EXIT_CLEAN", "EXIT_FOUND", "EXIT_NOTHING", "EXIT_UNUSABLE", "Located", "Report",

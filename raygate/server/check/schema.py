@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from raygate.plugin.manifest import did_you_mean
+from raygate.policy.lint.manifest import did_you_mean
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from raygate.plugin.config import (
+from raygate.policy.config import (
     ConfigError,
     PolicyConfig,
     policy_config_from_mapping,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from raygate.plugin.config import (
+from raygate.policy.config import (
     ConfigError,
     policy_config_to_mapping,
 )

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from raygate.plugin.config import (
+from raygate.policy.config import (
     PolicyConfig,
     policy_config_to_mapping,
 )

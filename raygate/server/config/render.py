@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from raygate.contract.version import raygate_version
-from raygate.plugin.config import (
+from raygate.policy.config import (
     policy_config_to_mapping,
 )
+from raygate.process.version import raygate_version
 from raygate.server.config.load import Loaded, Origin, authz_enabled
 from raygate.server.config.settings import SETTINGS
 

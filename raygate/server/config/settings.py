@@ -8,7 +8,7 @@ YAML config file (``--config FILE`` or ``RAYGATE_CONFIG``), the default. One tab
 The config file has two sections, both optional, keys in camelCase::
 
     server:   listeners, TLS, authz, limits, shutdown, logs (read once, at start)
-    policy:   plugin.config.PolicyConfig (re-read when the file changes: PolicyReloader)
+    policy:   policy.config.PolicyConfig (re-read when the file changes: PolicyReloader)
 
 Where cluster state comes from (``--snapshot``, ``--demo``, ``--kubeconfig``,
 ``--context``) is a flag or variable only: a file shared by every replica must not decide
@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raygate.contract.logs import FORMATS as LOG_FORMATS
-from raygate.contract.logs import LEVELS as LOG_LEVELS
-from raygate.plugin.config import (
+from raygate.policy.config import (
     ConfigError,
     PolicyConfig,
 )
+from raygate.process.logs import FORMATS as LOG_FORMATS
+from raygate.process.logs import LEVELS as LOG_LEVELS
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
 """Set in every container by the kubelet; the ``kubernetes`` client's in-cluster loader

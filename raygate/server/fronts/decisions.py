@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from raygate.contract.logs import about
-from raygate.plugin.model import PodView
-from raygate.plugin.placement import Decision, decide
+from raygate.policy.model import PodView
+from raygate.policy.placement import Decision, decide
+from raygate.process.logs import about
 from raygate.server.cache.memo import Memo
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.metrics.registry import VerbMetrics

@@ -1,6 +1,6 @@
 """kube-scheduler extender verbs: bytes in, bytes out, the policy in between.
 
-Each verb decodes the request into slim structs, asks ``raygate.plugin`` for the decision and
+Each verb decodes the request into slim structs, asks ``raygate.policy`` for the decision and
 encodes the reply. The snapshot is read once per request. Errors are raised as
 ``raygate.contract.errors`` types; the HTTP layer replies to them, the filter's in the
 filter's own shape (``_filter_error``).
@@ -15,16 +15,16 @@ from collections.abc import Callable
 import msgspec
 
 from raygate.contract.errors import MissingField
-from raygate.contract.logs import about
-from raygate.plugin.classify import gpu_node_reason
-from raygate.plugin.model import PodView
-from raygate.plugin.placement import Decision, Placement, filter_names, score
-from raygate.plugin.victims import Candidate, candidate_of_uids, select_victims
+from raygate.policy.classify import gpu_node_reason
+from raygate.policy.model import PodView
+from raygate.policy.placement import Decision, Placement, filter_names, score
+from raygate.policy.victims import Candidate, candidate_of_uids, select_victims
+from raygate.process.logs import about
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.memo import Memo
 from raygate.server.cache.snapshot import Snapshot
-from raygate.server.controllers.requeue import StaleRefusals
+from raygate.server.controllers.stale_refusals import StaleRefusals
 from raygate.server.fronts.decisions import DecisionMemo, count_decision, decide_counted
 from raygate.server.http.routes import Route
 from raygate.server.metrics.registry import Metrics, VerbMetrics

@@ -16,11 +16,11 @@ from collections.abc import Callable
 import msgspec
 
 from raygate.contract.errors import MissingField
-from raygate.contract.logs import about
-from raygate.plugin.classify import gpu_node_reason
-from raygate.plugin.model import PodView
-from raygate.plugin.placement import Decision, Placement, volcano_score
-from raygate.plugin.victims import volcano_victims
+from raygate.policy.classify import gpu_node_reason
+from raygate.policy.model import PodView
+from raygate.policy.placement import Decision, Placement, volcano_score
+from raygate.policy.victims import volcano_victims
+from raygate.process.logs import about
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot

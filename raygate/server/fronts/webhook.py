@@ -3,15 +3,15 @@
 It does up to two things to a pod carrying KubeRay's labels:
 
 - **place** (``placement.native: on``, the default): decide the pod in its create's
-  admission with the policy's rules (``plugin.native.decide_at_admission``: the role
+  admission with the policy's rules (``policy.native.decide_at_admission``: the role
   counted from the cache's snapshot and the pods admitted but not seen yet,
-  ``controllers.admitted``) and write the decision into it: the native rule (node
+  ``controllers.admitted_pods``) and write the decision into it: the native rule (node
   affinity), the labels ``raygate.io/role`` and ``raygate.io/rule``, and the annotation
   ``raygate.io/admitted`` by which raygate finds it again. The pod is created with its
   rule: one API write. Only where the decision has to wait (a worker whose RayCluster the
   cache lacks, a surplus worker of an all-or-nothing scale-up, a cache not loaded yet) is
   the scheduling gate ``raygate.io/placement`` added instead, for raygate's leader to
-  release (``raygate.server.controllers.placement``). Never for a pod that names its node
+  release (``raygate.server.controllers.gate_release``). Never for a pod that names its node
   (the API forbids gates there) or asks for a GPU resource (it gets no rule).
 - **mark** (``webhook.marker: on``; off by default): add the extended resource
   ``raygate.io/managed: 1`` to the first container, so that a default-scheduler extender
@@ -39,23 +39,23 @@ from collections.abc import Callable
 import msgspec
 
 from raygate.contract.errors import MissingField
-from raygate.contract.logs import about
-from raygate.plugin.classify import LABEL_ROLE, LABEL_RULE, written_role
-from raygate.plugin.config import PolicyConfig
-from raygate.plugin.model import LABEL_CLUSTER, LABEL_NODE_TYPE, GroupKey
-from raygate.plugin.native import (
+from raygate.policy.classify import LABEL_ROLE, LABEL_RULE, written_role
+from raygate.policy.config import PolicyConfig
+from raygate.policy.model import LABEL_CLUSTER, LABEL_NODE_TYPE, GroupKey
+from raygate.policy.native import (
     ANNOTATION_ADMITTED,
     GATE,
     admission_patch,
     decide_at_admission,
     places_taken,
 )
-from raygate.plugin.quantity import QuantityError, parse_milli
+from raygate.policy.quantity import QuantityError, parse_milli
+from raygate.process.logs import about
 from raygate.server.cache import convert
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.convert_gated import affinity_shape
 from raygate.server.cache.snapshot import Snapshot
-from raygate.server.controllers.admitted import AdmittedPods
+from raygate.server.controllers.admitted_pods import AdmittedPods
 from raygate.server.http.routes import Route
 from raygate.server.metrics.registry import Metrics
 from raygate.server.wire import admission_review as wire

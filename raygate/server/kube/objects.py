@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from raygate.contract.logs import about
+from raygate.process.logs import about
 from raygate.server.cache import convert
 from raygate.server.cache.keys import POD, RAYCLUSTER, View, object_key
 from raygate.server.cache.snapshot import Snapshot

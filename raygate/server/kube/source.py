@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from raygate.plugin.config import PolicyConfig
+from raygate.policy.config import PolicyConfig
 from raygate.server.cache.autoscaling import ORPHAN_SECONDS
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import SnapshotEditor, reconfigured
@@ -258,7 +258,7 @@ class _Batch:
         """A pod was deleted: published without waiting for more. KubeRay replaces a
         deleted pod at once, and raygate's webhook decides the replacement's role from the
         published snapshot: one that still held the deleted pod would count its floor place
-        taken and make the replacement surplus (``plugin.native.admission_role``)."""
+        taken and make the replacement surplus (``policy.native.admission_role``)."""
         self.policy: PolicyConfig | None = None
         """A reloaded policy: the batch's result is re-classified under it."""
 

@@ -1,9 +1,9 @@
 """The few writes raygate makes, as ``KubeTransport``'s methods (a mixin: the transport
 holds the client and the request timeout they use): the stale-refusal annotation of a pod
-(``raygate.server.controllers.requeue``), the release of a gated pod
-(``raygate.server.controllers.placement``), the floors' PodDisruptionBudgets
-(``raygate.server.controllers.budgets``), the Events raygate says
-(``raygate.server.controllers.recorder``), and what ``raygate uninstall`` undoes
+(``raygate.server.controllers.stale_refusals``), the release of a gated pod
+(``raygate.server.controllers.gate_release``), the floors' PodDisruptionBudgets
+(``raygate.server.controllers.floor_budgets``), the Events raygate says
+(``raygate.server.controllers.events``), and what ``raygate uninstall`` undoes
 (``raygate.server.uninstall``): raygate's webhook configuration, its Deployment's
 replicas, the scale gates it wrote in RayClusters."""
 
@@ -16,7 +16,7 @@ import msgspec
 import urllib3
 from kubernetes import client as k8s
 
-from raygate.plugin.budgets import LABEL_RAYCLUSTER
+from raygate.policy.budgets import LABEL_RAYCLUSTER
 from raygate.server.kube.decode import STATUS
 from raygate.server.kube.transport import TransportError, api_error
 from raygate.server.wire import DECODE_ERRORS, kube
@@ -129,7 +129,7 @@ class Writes:
                 name, namespace, body, _preload_content=False, _content_type=content_type,
                 _request_timeout=self._short))
 
-    # --- PodDisruptionBudgets (raygate.server.controllers.budgets) ------------------------------
+    # --- PodDisruptionBudgets (raygate.server.controllers.floor_budgets) ---------------------
 
     def apply_budget(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         """Server-side apply of a PodDisruptionBudget, as field manager ``raygate``, forced:
@@ -161,7 +161,7 @@ class Writes:
                  (item.metadata.labels or {}).get(LABEL_RAYCLUSTER, ""))
                 for item in listing.items or ()]
 
-    # --- Events (raygate.server.controllers.recorder) -----------------------------------
+    # --- Events (raygate.server.controllers.events) -----------------------------------
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         """Create an ``events.k8s.io/v1`` Event."""

@@ -32,8 +32,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from raygate.contract.version import build_labels
-from raygate.plugin.placement import Decision, Rule
+from raygate.policy.placement import Decision, Rule
+from raygate.process.version import build_labels
 from raygate.server.http.routes import Gate, Route
 from raygate.server.metrics.cells import LATENCY_BUCKETS, Counter, F, Families, Histogram
 from raygate.server.metrics.collectors import (

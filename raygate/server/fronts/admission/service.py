@@ -1,4 +1,4 @@
-"""The admission-status API: the derivation of ``raygate.plugin.admission`` memoised per
+"""The admission-status API: the derivation of ``raygate.policy.admission`` memoised per
 snapshot, versioned and watched. Its fronts read the same ``AdmissionService``: HTTP
 (``http``: get, list, ETag, long-poll) and gRPC (``servicer``).
 
@@ -34,9 +34,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 from raygate.contract.admission_status import changes
 from raygate.contract.errors import RayClusterNotFound
-from raygate.contract.logs import about
-from raygate.plugin.admission import admission_inputs, admission_status
-from raygate.plugin.model import RayClusterView
+from raygate.policy.admission import admission_inputs, admission_status
+from raygate.policy.model import RayClusterView
+from raygate.process.logs import about
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.fronts.admission.state import Build, Entry, Generation, Key, Scope, untouched

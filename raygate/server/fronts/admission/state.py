@@ -10,7 +10,7 @@ import msgspec
 
 from raygate.contract import admission_status as wire
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
-from raygate.plugin.admission import AdmissionStatus, Derivation
+from raygate.policy.admission import AdmissionStatus, Derivation
 from raygate.server.cache.snapshot import Changes, Snapshot
 from raygate.server.wire import utc_seconds
 

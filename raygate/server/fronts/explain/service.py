@@ -1,5 +1,5 @@
 """``ExplainService``: the placement decision for one pod, from the cache's current
-snapshot (``raygate.plugin.explain``), as the explain API's reply."""
+snapshot (``raygate.policy.explain``), as the explain API's reply."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 
 from raygate.contract.errors import NotFound
 from raygate.contract.explain import ExplainReply, NodeReply
-from raygate.plugin.explain import Explanation, explain
-from raygate.plugin.model import PodView
+from raygate.policy.explain import Explanation, explain
+from raygate.policy.model import PodView
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.wire import utc_seconds

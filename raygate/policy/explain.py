@@ -1,0 +1,142 @@
+"""``raygate explain``: why a pod would be placed where it would, node by node.
+
+The same decision ``filter``, ``prioritize`` and ``preempt`` make (``placement.decide``),
+spelled out:
+each node's class and why, the filter verdict and rule, the score; the pod's role and
+why, and the thrash guard's state. Tests hold it to what the extender really answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from raygate.policy.admission import admission_status, is_running
+from raygate.policy.classify import gpu_node_reason
+from raygate.policy.config import PolicyConfig
+from raygate.policy.model import ClusterView, NodeView, PodView
+from raygate.policy.native import ANNOTATION_ADMITTED, GATE, LABEL_ROLE, LABEL_RULE
+from raygate.policy.placement import Decision, Placement, decide, score, thrash_guard_until
+
+__all__ = ["Explanation", "NodeExplanation", "explain"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExplanation:
+    name: str
+    node_class: str
+    """``gpu``, ``cpu`` or ``unknown`` (not in raygate's cache)."""
+    class_reason: str
+    passes: bool
+    rule: str
+    """The rule that refused the node, or ``""`` when it passes."""
+    reason: str
+    score: int | None
+    """kube-scheduler's 0..10; None when raygate gives no score (unmanaged pod, unknown
+    node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    pod: str
+    verdict: str
+    rule: str
+    role: str
+    """``head``, ``floor``, ``surplus``, or ``""`` for pods raygate does not manage."""
+    reason: str
+    thrash_guard_until: float | None
+    thrash_guard_active: bool
+    nodes: tuple[NodeExplanation, ...]
+    """Best first: passing before refused, then by score, then by name."""
+    admission_state: str = ""
+    """As the admission status says (``WaitingForCapacity``, …), ``Running``, or ``""``
+    when the RayCluster is unknown or the pod is not a Ray pod."""
+    admission_reason: str = ""
+    native_placement: str = ""
+    """raygate's rule in native form on the pod (``_native``), or ``""``."""
+
+
+def _node(name: str, view_node: NodeView | None, decision: Decision,
+          config: PolicyConfig, dra_gpu_nodes: Mapping[str, str]) -> NodeExplanation:
+    if view_node is None:
+        reason = "raygate does not know this node" + (
+            "; preempt drops it: it cannot tell it is no GPU node"
+            if decision.refuses_gpu_nodes else "")
+        return NodeExplanation(name, "unknown", "not in raygate's cache: passes (fail open)",
+                               True, "", reason, None)
+    why_gpu = gpu_node_reason(view_node, config, dra_gpu_nodes)
+    is_gpu = why_gpu is not None
+    node_class, class_reason = ("gpu", why_gpu) if why_gpu else (
+        "cpu", "no GPU resource allocatable, no GPU label and no GPU ResourceSlice")
+    managed = decision.placement is not Placement.UNMANAGED
+    refusal = decision.refusal(is_gpu)
+    return NodeExplanation(
+        name, node_class, class_reason or "",
+        passes=refusal is None,
+        rule=decision.rule.value if refusal is not None else "",
+        # preempt drops the nodes filter refuses: evicting there frees room for nothing.
+        reason=f"{refusal}; preempt drops it too" if refusal is not None else (
+            "passes" if managed else f"passes: {decision.reason}"),
+        score=score(is_gpu) if managed else None,
+    )
+
+
+def explain(
+    pod: PodView,
+    view: ClusterView,
+    config: PolicyConfig,
+    now: float,
+    node_names: Sequence[str],
+) -> Explanation:
+    decision = decide(pod, view, config, now)
+    until = thrash_guard_until(pod, view, config) if pod.is_ray else None
+    state, why = _admission(pod, view, config, now)
+    nodes = sorted(
+        (_node(name, view.node(name), decision, config, view.dra_gpu_nodes)
+         for name in node_names),
+        key=lambda n: (not n.passes, -(n.score if n.score is not None else -1), n.name),
+    )
+    return Explanation(
+        pod=pod.ref,
+        verdict=decision.placement.value,
+        rule=decision.rule.value,
+        role=decision.role.value if decision.role is not None else "",
+        reason=decision.reason,
+        thrash_guard_until=until,
+        thrash_guard_active=until is not None and now < until,
+        nodes=tuple(nodes),
+        admission_state=state,
+        admission_reason=why,
+        native_placement=_native(pod),
+    )
+
+
+def _native(pod: PodView) -> str:
+    """What raygate's native placement did to the pod, read from the pod itself."""
+    if GATE in pod.scheduling_gates:
+        return (f"held by raygate's scheduling gate {GATE}: raygate writes its rule into "
+                "the pod, then releases it")
+    role, rule = pod.labels.get(LABEL_ROLE), pod.labels.get(LABEL_RULE)
+    if role is None and rule is None:
+        return ""
+    how = ("decided when it was created (raygate's webhook)"
+           if ANNOTATION_ADMITTED in pod.annotations else "released from raygate's gate")
+    return (f"{how} as {role or '?'} by rule {rule or '?'}, once for its life (its node "
+            "affinity holds raygate's rule for every scheduler and node autoscaler)")
+
+
+def _admission(pod: PodView, view: ClusterView, config: PolicyConfig,
+               now: float) -> tuple[str, str]:
+    if not pod.is_ray:
+        return "", ""
+    cluster = view.raycluster(pod.namespace, pod.ray_cluster)
+    if cluster is None:
+        return "", f"RayCluster {pod.namespace}/{pod.ray_cluster} is unknown to raygate"
+    for status in admission_status(cluster, view, config, now).status.pods:
+        if status.uid == pod.uid:
+            return status.state.value, status.reason
+    if is_running(pod):
+        return "Running", "running and ready"
+    if view.pod(pod.uid) is None:
+        return "", "not in raygate's cache"
+    return "", "not in the admission status (finished or being deleted)"
