@@ -35,6 +35,7 @@ from testbed.api import Api
 from testbed.build import COMPONENTS
 from testbed.cluster import Testbed
 from testbed.common import TestbedError, binary
+from testbed.control_plane import ControlPlane
 from testbed.processes import free_port, wait_for
 
 __all__ = ["GPU_LABELS", "GPU_TAINT", "INSTANCE_TYPES", "NODECLAIMS", "NODEPOOLS", "NODE_CLASS",
@@ -138,7 +139,7 @@ def _node_class_ready(api: Api) -> bool:
                for c in node_class.get("status", {}).get("conditions") or [])
 
 
-def _install(testbed: Testbed) -> None:
+def _install(testbed: ControlPlane) -> None:
     """Karpenter's CRDs and the ``KWOKNodeClass`` every NodePool refers to, checked
     Ready."""
     for folder in ("crds", "nodeclass-crds"):
@@ -170,7 +171,7 @@ class Karpenter(AddOn):
         super().__init__()
         self.health_port = free_port()
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         _install(testbed)
         types = testbed.workdir / "karpenter-instance-types.json"
         types.write_text(json.dumps([t.options() for t in INSTANCE_TYPES], indent=1))
