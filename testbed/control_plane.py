@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from testbed.api import Api
+from testbed.api import KubeApi
 from testbed.build import COMPONENTS
 from testbed.common import RAYGATE_NAMESPACE, Ports, TestbedError, binary, write_kubeconfig
 from testbed.pki import Pki
@@ -266,9 +266,11 @@ class ControlPlane:
                                f"{result.stderr.strip()}")
         return result
 
-    def api(self) -> Api:
-        """A JSON client of kube-apiserver, as the admin."""
-        return Api(self.admin_kubeconfig)
+    def api(self) -> KubeApi:
+        """A JSON client of kube-apiserver, as the admin; it retries no status (a scenario
+        sees every answer), only a dropped connection."""
+        return KubeApi(self.server, self.admin_ssl_context(), timeout=30.0,
+                       retry_statuses=frozenset())
 
     def logs_tail(self) -> str:
         return "\n\n".join(process.tail() for process in self.processes.values())

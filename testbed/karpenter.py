@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from testbed.addon import AddOn, answers
-from testbed.api import Api
+from testbed.api import KubeApi
 from testbed.build import COMPONENTS
 from testbed.cluster import Testbed
 from testbed.common import TestbedError, binary
@@ -133,7 +133,7 @@ def wrote_on_pod(event: dict[str, Any]) -> bool:
     return source == "karpenter" and event["involvedObject"].get("kind") == "Pod"
 
 
-def _node_class_ready(api: Api) -> bool:
+def _node_class_ready(api: KubeApi) -> bool:
     node_class = api.get(f"{NODECLASSES}/{NODE_CLASS}")
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in node_class.get("status", {}).get("conditions") or [])
@@ -188,7 +188,7 @@ class Karpenter(AddOn):
     def ready(self) -> bool:
         return answers(f"http://127.0.0.1:{self.health_port}/readyz")
 
-    def api(self) -> Api:
+    def api(self) -> KubeApi:
         return self.testbed.api()
 
     def node_claims(self, selector: str = "") -> list[dict[str, Any]]:
