@@ -39,8 +39,8 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager")
 
 
 class ControlPlane:
-    """etcd, kube-apiserver and kube-controller-manager in ``workdir``, and every process
-    run under its supervisor."""
+    """etcd, kube-apiserver and kube-controller-manager in ``workdir`` (``Testbed.start``
+    starts them, in that order), and every process run under its supervisor."""
 
     __test__ = False  # not a test class, whatever pytest's collector thinks of the name
 
