@@ -8,7 +8,7 @@ drives wrk or ``pyclient``; ``report`` makes the tables and the plot; ``micro`` 
 in-process pytest-benchmark suite; ``profile`` shows where the in-process time goes.
 
 Shared by every benchmark: ``stats`` (the one percentile), ``memory`` (the one reader of
-a process's resident memory), ``kubeapi`` (the one client of a real kube-apiserver),
-``reporter`` (tables and result files) and ``cluster_json`` (the large cluster
-``cache_sync``, ``cache_scale`` and ``soak`` serve).
+a process's resident memory), ``reporter`` (tables and result files) and
+``cluster_json`` (the large cluster ``cache_sync``, ``cache_scale`` and ``soak`` serve);
+the one client of a real kube-apiserver is the testbed's (``testbed.api.KubeApi``).
 """

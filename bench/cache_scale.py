@@ -82,10 +82,10 @@ from bench.cache_scale_raygate import (
 from bench.cache_scale_report import Result, markdown
 from bench.cache_scale_scheduler import SchedulerSynced, scheduler_sync
 from bench.cluster_json import Cluster, build_cluster
-from bench.kubeapi import ApiError, KubeApi
 from bench.reporter import write_json
 from bench.stats import p50_p99
 from raygate.server.kube.transport import WatchSettings
+from testbed.api import ApiError, KubeApi
 from testbed.cluster import REPO, Testbed, TestbedError
 from testbed.processes import StartError
 
@@ -178,11 +178,12 @@ def _changes(api: KubeApi, raygate: Raygate, cluster: Cluster, n_changes: int,
     the one before."""
     targets = changed_pods(cluster, n_changes + LONE_CHANGES)
     changes = apply_changes(api, raygate, targets[:n_changes], rate)
-    lat, patch = _ms(changes.seconds_to_admission), _ms(changes.patch_round_trip)
+    lat = p50_p99(changes.seconds_to_admission, 1e3, empty=0.0)
+    patch = p50_p99(changes.patch_round_trip, 1e3, empty=0.0)
     print(f"changes: {len(changes.seconds_to_admission)} at {rate:g}/s: p50 {lat[0]:.1f} ms, "
           f"p99 {lat[1]:.1f} ms (PATCH alone p50 {patch[0]:.1f} ms)", flush=True)
     lone = apply_changes(api, raygate, targets[n_changes:], LONE_RATE)
-    lat = _ms(lone.seconds_to_admission)
+    lat = p50_p99(lone.seconds_to_admission, 1e3, empty=0.0)
     print(f"lone changes: {LONE_CHANGES} at {LONE_RATE:g}/s: p50 {lat[0]:.1f} ms, p99 "
           f"{lat[1]:.1f} ms", flush=True)
     return changes, lone
@@ -222,15 +223,13 @@ def _end(api: KubeApi, raygate: Raygate, testbed: Testbed, cluster: Cluster,
                   for k, v in kinds.items()}, alone, scheduler)
 
 
-def _ms(seconds: list[float]) -> tuple[float, float]:
-    """(p50, p99) in ms; 0 for none."""
-    return p50_p99(seconds, 1e3, empty=0.0)
-
-
 def _result(loaded: Loaded, started: Started, changes: Changes, lone: Changes,
             ended: Ended, *, rate: float, workdir: Path, command: str) -> Result:
-    lat, patch = changes.seconds_to_admission, _ms(changes.patch_round_trip)
-    change_ms, lone_ms = _ms(lat), _ms(lone.seconds_to_admission)
+    lat = changes.seconds_to_admission
+    # (p50, p99) in ms, nearest rank (bench.stats); 0 for none.
+    change_ms = p50_p99(lat, 1e3, empty=0.0)
+    lone_ms = p50_p99(lone.seconds_to_admission, 1e3, empty=0.0)
+    patch = p50_p99(changes.patch_round_trip, 1e3, empty=0.0)
     return Result(
         date=datetime.now(UTC).isoformat(timespec="seconds"), nodes=loaded.nodes,
         pods=loaded.pods, rayclusters=loaded.rayclusters, podgroups=loaded.podgroups,
@@ -243,7 +242,7 @@ def _result(loaded: Loaded, started: Started, changes: Changes, lone: Changes,
         change_max_ms=max(lat) * 1e3, patch_p50_ms=patch[0], patch_p99_ms=patch[1],
         lone_changes=len(lone.seconds_to_admission), lone_rate_per_s=LONE_RATE,
         lone_p50_ms=lone_ms[0], lone_p99_ms=lone_ms[1],
-        lone_patch_p50_ms=_ms(lone.patch_round_trip)[0], alone=ended.alone,
+        lone_patch_p50_ms=p50_p99(lone.patch_round_trip, 1e3, empty=0.0)[0], alone=ended.alone,
         scheduler=ended.scheduler, baselines={},
         ready_ratio=started.ready_s / ended.scheduler.ready_s,
         pod_json_kib_served=ended.served_kib,

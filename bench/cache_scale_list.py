@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.kubeapi import ApiError, KubeApi
 from raygate.server.cache.keys import NODE, POD
 from raygate.server.kube.decode import Decoders, decode_line, decode_page, next_continue
 from raygate.server.kube.resources import RESOURCES, Resource
+from testbed.api import ApiError, KubeApi
 
 __all__ = ["LISTED_ALONE", "PROTOBUF", "ListAlone", "Way", "list_alone"]
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from bench.cluster_json import Cluster, PodSpec
-from bench.kubeapi import KubeApi
+from testbed.api import KubeApi
 
 __all__ = ["SERVER_SET", "Loaded", "concurrently", "load", "podgroup"]
 
@@ -90,7 +90,7 @@ def load(api: KubeApi, cluster: Cluster, workers: int) -> Loaded:
         name, body = item
         obj = _creatable(body)
         status = obj.pop("status")
-        api.put_status(f"/api/v1/nodes/{name}", api.create("/api/v1/nodes", obj), status)
+        api.put_status(f"/api/v1/nodes/{name}", api.ensure("/api/v1/nodes", obj), status)
 
     loaded.nodes, seconds = concurrently(cluster.nodes, add_node, workers, "nodes")
     print(f"load: {loaded.nodes:,} nodes in {seconds:.1f}s "
@@ -108,13 +108,13 @@ def _namespaces_and_accounts(api: KubeApi, cluster: Cluster) -> int:
     each template, namespace and RayCluster names them all. The requests made."""
     namespaces = sorted({p.namespace for p in cluster.pods} | {"ray"})
     for ns in namespaces:
-        api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+        api.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                           "metadata": {"name": ns}})
     samples = {(p.template, p.namespace, p.cluster): p for p in cluster.pods}.values()
     accounts = {(p.namespace, _creatable(cluster.render(p))["spec"]["serviceAccountName"])
                 for p in samples}
     for ns, account in sorted(accounts):
-        api.create(f"/api/v1/namespaces/{ns}/serviceaccounts",
+        api.ensure(f"/api/v1/namespaces/{ns}/serviceaccounts",
                    {"apiVersion": "v1", "kind": "ServiceAccount",
                     "metadata": {"name": account, "namespace": ns}})
     return len(namespaces) + len(accounts)
@@ -129,9 +129,9 @@ def _load_rayclusters(api: KubeApi, cluster: Cluster, workers: int,
         name, body = item
         obj = _creatable(body)
         obj.pop("status", None)
-        created = api.create("/apis/ray.io/v1/namespaces/ray/rayclusters", obj)
+        created = api.ensure("/apis/ray.io/v1/namespaces/ray/rayclusters", obj)
         owners[name] = created["metadata"]["uid"]
-        api.create("/apis/scheduling.volcano.sh/v1beta1/namespaces/ray/podgroups",
+        api.ensure("/apis/scheduling.volcano.sh/v1beta1/namespaces/ray/podgroups",
                    podgroup(name, owners[name]))
 
     loaded.rayclusters, _ = concurrently(cluster.rayclusters, add_raycluster, workers,
@@ -153,7 +153,7 @@ def _load_pods(api: KubeApi, cluster: Cluster, workers: int, owners: dict[str, s
         if spec.cluster:
             meta["ownerReferences"][0]["uid"] = owners[spec.cluster]
         collection = f"/api/v1/namespaces/{spec.namespace}/pods"
-        api.put_status(f"{collection}/{spec.name}", api.create(collection, obj), status)
+        api.put_status(f"{collection}/{spec.name}", api.ensure(collection, obj), status)
 
     loaded.pods, seconds = concurrently(cluster.pods, add_pod, workers, "pods")
     loaded.pod_json_bytes = sum(sizes)

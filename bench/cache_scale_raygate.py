@@ -23,8 +23,8 @@ import yaml
 
 from bench.cache_scale_load import Loaded
 from bench.cluster_json import PODS_PER_RAYCLUSTER, Cluster, PodSpec
-from bench.kubeapi import KubeApi
 from bench.memory import read_memory
+from testbed.api import KubeApi
 from testbed.cluster import DEPLOY, REPO
 from testbed.processes import free_port
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from testbed.components import KubeScheduler
+from testbed.control_plane import ControlPlane
 from testbed.processes import StartError, free_port
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class SchedulerSync(KubeScheduler):
         self._insecure.check_hostname = False
         self._insecure.verify_mode = ssl.CERT_NONE
 
-    def start(self, testbed: Testbed) -> None:
+    def start(self, testbed: ControlPlane) -> None:
         """Start it and poll ``/readyz`` every ``POLL_S`` until 200."""
         self._testbed = testbed
         self.launched, self.launched_wall = time.monotonic(), time.time()

@@ -15,12 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.kubeapi import ApiError, KubeApi
-from bench.stats import p50_p99
 from raygate.policy.native import GATE, LABEL_RULE
+from testbed.api import ApiError, KubeApi
 
-__all__ = ["GATE", "LABEL_RULE", "BurstClock", "Sent", "create_burst", "latencies", "marked",
-           "p50_p99_ms"]
+__all__ = ["GATE", "LABEL_RULE", "BurstClock", "Sent", "create_burst", "latencies", "marked"]
 
 Obj = dict[str, Any]
 CREATE_THREADS = 8
@@ -39,7 +37,7 @@ def create_burst(api: KubeApi, path: str, pods: list[Obj]) -> dict[str, Sent]:
     the same way for every contender; each pod's send and answer times."""
     def one(pod: Obj) -> tuple[str, Sent]:
         sent = time.monotonic()
-        api.create(path, pod)
+        api.ensure(path, pod)
         return pod["metadata"]["name"], Sent(sent, time.monotonic())
 
     with ThreadPoolExecutor(CREATE_THREADS) as pool:
@@ -132,8 +130,3 @@ def marked(pod: Obj) -> bool:
 def latencies(since: dict[str, float], until: dict[str, float]) -> list[float]:
     """Seconds from ``since`` to ``until`` for every pod in both."""
     return sorted(until[n] - since[n] for n in until if n in since)
-
-
-def p50_p99_ms(seconds: list[float]) -> tuple[float, float]:
-    """(p50, p99) in ms (``bench.stats``' nearest rank); NaN for none."""
-    return p50_p99(seconds, 1e3)

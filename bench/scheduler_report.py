@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.measure import reuse_counts
 from bench.reporter import markdown_table
-from bench.scheduler_clock import LABEL_RULE, BurstClock, Sent, latencies, p50_p99_ms
+from bench.scheduler_clock import LABEL_RULE, BurstClock, Sent, latencies
 from bench.scheduler_cost import (
     NAN2,
     WEBHOOK_NAME,
@@ -22,7 +22,7 @@ from bench.scheduler_cost import (
     histograms,
 )
 from bench.stats import histogram_quantile as quantile
-from bench.stats import median
+from bench.stats import median, p50_p99
 
 __all__ = ["CONTENDERS", "GATE_SECONDS", "NATIVE", "WEBHOOK_NAME", "WEBHOOK_SECONDS", "Run",
            "cost_table", "delta_mean", "delta_quantiles", "describe", "goal", "histograms",
@@ -108,9 +108,9 @@ def measured(node_count: int, contender: str, run: int, *, metrics: str,
         {p: (1e3 * quantile(b, 0.5), 1e3 * quantile(b, 0.99)) for p, b in points.items()},
         created_per_second=count / (max(clock.added.values()) - first),
         bind_span_per_second=(count - 1) / (binds[-1] - binds[0]),
-        create_ms=p50_p99_ms([s.answered - s.sent for s in sent.values()]),
-        bind_ms=p50_p99_ms(latencies(clock.added, clock.bound)),
-        release_ms=p50_p99_ms(latencies(clock.added, clock.released)),
+        create_ms=p50_p99([s.answered - s.sent for s in sent.values()], 1e3),
+        bind_ms=p50_p99(latencies(clock.added, clock.bound), 1e3),
+        release_ms=p50_p99(latencies(clock.added, clock.released), 1e3),
         timeline={phase: (min(at.values()) - first, max(at.values()) - first)
                   for phase, at in (("added", clock.added), ("released", clock.released),
                                     ("bound", clock.bound)) if at})

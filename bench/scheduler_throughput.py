@@ -67,7 +67,6 @@ import yaml
 
 from bench import payloads
 from bench.contenders import Server, build_go_peer, free_port, go_toolchain
-from bench.kubeapi import KubeApi
 from bench.reporter import write_json, write_text
 from bench.scheduler_clock import LABEL_RULE, BurstClock, create_burst, marked
 from bench.scheduler_cost import Reading, cost, settled
@@ -94,6 +93,7 @@ from bench.scheduler_report import (
     reuse_share,
     summarise,
 )
+from testbed.api import KubeApi
 from testbed.cluster import Testbed
 from testbed.processes import Process, wait_for
 from testbed.webhook import NATIVE_PLACEMENT_OFF
@@ -136,13 +136,13 @@ class Bench:
         # raygate's webhook off until a run of raygate-native turns it on (``_webhook``).
         testbed.kubectl("label", "namespace", NAMESPACE, f"{NATIVE_PLACEMENT_OFF}=true")
         self.api = KubeApi(testbed.server, testbed.admin_ssl_context())
-        self.api.create(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+        self.api.ensure(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
                         {"metadata": {"name": "ray-bench"}})
         started = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: self.api.create("/api/v1/nodes", n), nodes(node_count)))
+            list(pool.map(lambda n: self.api.ensure("/api/v1/nodes", n), nodes(node_count)))
         self.say(f"{node_count} nodes created in {time.monotonic() - started:.1f} s")
-        self.clusters = [self.api.create(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters",
+        self.clusters = [self.api.ensure(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters",
                                          rc) for rc in rayclusters(self.pods)]
         self.gpu_nodes = {n["metadata"]["name"] for n in self.api.items("/api/v1/nodes")
                           if payloads.GPU_RESOURCE in n["status"]["allocatable"]}
@@ -254,7 +254,7 @@ class Bench:
         kubeconfig = self.testbed.scheduler_configuration()["clientConnection"]["kubeconfig"]
         self.testbed.start_scheduler(SCHEDULER, self.config(contender), kubeconfig, port)
         pin(self.testbed.processes[SCHEDULER], 1)
-        probe = self.api.create(PODS, probe_pod())
+        probe = self.api.ensure(PODS, probe_pod())
         at = f"{PODS}/{probe['metadata']['name']}"
         wait_for("kube-scheduler binding a probe pod",
                  lambda: bool(self.api.get(at)["spec"].get("nodeName")), 60,

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.api import Api, ApiError
+from testbed.api import ApiError, KubeApi
 
 __all__ = ["GangRecorder", "Written", "events"]
 
@@ -25,7 +25,7 @@ class Written:
 
 @dataclass
 class GangRecorder:
-    api: Api
+    api: KubeApi
     path: str
     """A namespaced collection: ``/apis/scheduling.volcano.sh/v1beta1/namespaces/ns/podgroups``."""
     started: float
@@ -93,7 +93,7 @@ class GangRecorder:
         return "\n".join(lines) + "\n"
 
 
-def events(api: Api, namespace: str, *, source: str) -> str:
+def events(api: KubeApi, namespace: str, *, source: str) -> str:
     """The namespace's events whose reporting component is ``source`` (``volcano``,
     ``kueue-admission``…) as a markdown table, oldest first."""
     items = api.items(f"/api/v1/namespaces/{namespace}/events")

@@ -35,7 +35,7 @@ from raygate.server.controllers.floor_budgets import manifest
 from raygate.server.controllers.gate_release import FAILED_OPEN
 from raygate.server.controllers.stale_refusals import ANNOTATION as RECONSIDERED
 from raygate.server.kube.client import KubeTransport
-from testbed.api import Api
+from testbed.api import KubeApi
 from testbed.cluster import Testbed
 from testbed.common import RAYGATE_ACCOUNT
 from testbed.webhook import NATIVE_PLACEMENT_OFF
@@ -163,7 +163,7 @@ class Targets:
     budget ``foreign`` of someone else's, the suspended RayCluster ``suspended``."""
 
     raygate: KubeTransport
-    plain: Api
+    plain: KubeApi
     held_uid: str
     ours: Budget
 

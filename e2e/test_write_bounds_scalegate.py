@@ -33,7 +33,7 @@ from raygate.policy.native import GATE, LABEL_ROLE, LABEL_RULE, NativeRule, rele
 from raygate.server.controllers.gate_release import FAILED_OPEN
 from raygate.server.kube.client import KubeTransport
 from raygate.server.kube.writes import FIELD_MANAGER
-from testbed.api import Api
+from testbed.api import KubeApi
 from testbed.build import COMPONENTS
 from testbed.cluster import DEPLOY, Testbed, binary
 from testbed.processes import wait_for
@@ -97,7 +97,8 @@ def policies(bed: Testbed) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def raygate(bed: Testbed, policies: list[dict[str, Any]]) -> Iterator[tuple[KubeTransport, Api]]:
+def raygate(bed: Testbed, policies: list[dict[str, Any]],
+            ) -> Iterator[tuple[KubeTransport, KubeApi]]:
     revoke = grant_raycluster_writes(bed, "raygate")
     transport, plain = account(bed, "raygate")
     yield transport, plain
@@ -113,13 +114,13 @@ def gates_apply(name: str, group: str, *entries: dict[str, str], **more: Any) ->
                                            "scaleStrategy": {"scaleGate": list(entries)}}]}}
 
 
-def apply(api: Api, manager: str, body: dict[str, Any]) -> dict[str, Any]:
+def apply(api: KubeApi, manager: str, body: dict[str, Any]) -> dict[str, Any]:
     return api.request("PATCH", f"{CLUSTERS}/{body['metadata']['name']}", body,
                        "application/apply-patch+yaml",
                        query=[("fieldManager", manager), ("force", "true")])
 
 
-def entries(api: Api, name: str, group: int = 0) -> list[dict[str, str]]:
+def entries(api: KubeApi, name: str, group: int = 0) -> list[dict[str, str]]:
     spec = api.get(f"{CLUSTERS}/{name}")["spec"]["workerGroupSpecs"][group]
     found: list[dict[str, str]] = spec.get("scaleStrategy", {}).get("scaleGate", [])
     return found
@@ -134,7 +135,7 @@ def test_the_policies_type_check_against_a_crd_with_scale_gates(
 
 
 def test_raygates_scale_gate_entries_pass_beside_another_controllers(
-        bed: Testbed, raygate: tuple[KubeTransport, Api]) -> None:
+        bed: Testbed, raygate: tuple[KubeTransport, KubeApi]) -> None:
     plain, admin = raygate[1], bed.api()
     admin.create(CLUSTERS, raycluster("gated", NAMESPACE, "none", [Group("g", 1, "1")]))
     apply(admin, "kueue", gates_apply("gated", "g", {"name": KUEUE, "reason": "Quota"}))
@@ -161,7 +162,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("case", "body"), REFUSED, ids=[r[0] for r in REFUSED])
-def test_other_raycluster_applies_are_refused(bed: Testbed, raygate: tuple[KubeTransport, Api],
+def test_other_raycluster_applies_are_refused(bed: Testbed, raygate: tuple[KubeTransport, KubeApi],
                                               case: str, body: dict[str, Any]) -> None:
     """Each apply, and the removal of Kueue's entry by a JSON patch."""
     admin = bed.api()
@@ -174,7 +175,7 @@ def test_other_raycluster_applies_are_refused(bed: Testbed, raygate: tuple[KubeT
 
 
 def test_a_raycluster_of_60_large_worker_groups_is_within_the_cost(
-        bed: Testbed, raygate: tuple[KubeTransport, Api]) -> None:
+        bed: Testbed, raygate: tuple[KubeTransport, KubeApi]) -> None:
     env = [{"name": f"E{i}", "value": "x" * 20} for i in range(100)]
     groups = [Group(f"g{i}", 1, "1", pod_spec={"containers": [
         {"name": "ray-worker", "image": "rayproject/ray:2.60.0", "env": env}]})
@@ -195,7 +196,7 @@ def narrowed_terms(terms: int, expressions: int) -> dict[str, Any]:
 
 
 def test_releases_within_and_past_the_cost(bed: Testbed,
-                                           raygate: tuple[KubeTransport, Api]) -> None:
+                                           raygate: tuple[KubeTransport, KubeApi]) -> None:
     transport, admin = raygate[0], bed.api()
     labels = {LABEL_ROLE: "floor", LABEL_RULE: "floor-avoids-gpu"}
     large = pod("large", [GATE], affinity=narrowed_terms(20, 40), containers=30, env=400)

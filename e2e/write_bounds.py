@@ -19,8 +19,8 @@ from raygate.server.cache.convert import PodViews
 from raygate.server.kube.client import KubeTransport, load_connection
 from raygate.server.kube.transport import ApiError
 from raygate.server.wire import kube
-from testbed.api import Api
 from testbed.api import ApiError as TestbedApiError
+from testbed.api import KubeApi
 from testbed.cluster import RAYGATE_NAMESPACE, Testbed
 
 __all__ = ["POLICIES", "account", "apply_bounds", "grant_raycluster_writes", "pod",
@@ -56,11 +56,12 @@ def apply_bounds(bed: Testbed, values: str) -> list[Obj]:
     return policies
 
 
-def account(bed: Testbed, name: str) -> tuple[KubeTransport, Api]:
+def account(bed: Testbed, name: str) -> tuple[KubeTransport, KubeApi]:
     """raygate's own transport, and a plain client, as ServiceAccount ``name`` of
     raygate's namespace (a TokenRequest token, as its pod gets)."""
     kubeconfig = bed.service_account_kubeconfig(name, RAYGATE_NAMESPACE)
-    return KubeTransport(load_connection(str(kubeconfig))), Api(kubeconfig)
+    plain = KubeApi.from_kubeconfig(kubeconfig, timeout=30.0, retry_statuses=frozenset())
+    return KubeTransport(load_connection(str(kubeconfig))), plain
 
 
 def grant_raycluster_writes(bed: Testbed, name: str) -> Callable[[], None]:
@@ -97,7 +98,7 @@ def pod(name: str, gates: list[str], *, affinity: Obj | None = None,
             "spec": spec}
 
 
-def view(api: Api, namespace: str, name: str) -> PodView:
+def view(api: KubeApi, namespace: str, name: str) -> PodView:
     """The pod as raygate's cache reads it (its decoder and view)."""
     raw = api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
     return _POD_VIEWS(_POD.decode(json.dumps(raw)))

@@ -4,6 +4,8 @@ Kueue, Karpenter, a Ray head and its autoscaler.
 
 An add-on has a ``name`` (unique among a testbed's add-ons), ``start(testbed)`` (returns
 once it is ready), ``ready()`` (does it answer now) and ``stop()`` (it may start again).
+It starts on the control plane (``testbed.control_plane.ControlPlane``, which knows no
+add-on; ``testbed.cluster.Testbed`` is one with its add-ons).
 ``Testbed.add`` starts one and keeps it in ``Testbed.addons``; ``Testbed.stop`` stops them
 last started first, then the control plane. An add-on's processes are the testbed's
 (``run``): supervised, restarted when they exit, their logs in the testbed's ``logs/``.
@@ -14,12 +16,10 @@ from __future__ import annotations
 import ssl
 import urllib.request
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from testbed.control_plane import ControlPlane
 from testbed.processes import Process, wait_for
-
-if TYPE_CHECKING:
-    from testbed.cluster import Testbed
 
 __all__ = ["AddOn", "answers"]
 
@@ -45,12 +45,12 @@ class AddOn(ABC):
     readiness: str = ""
 
     def __init__(self) -> None:
-        self._testbed: Testbed | None = None
+        self._testbed: ControlPlane | None = None
         self.process_names: list[str] = []
         """The names of its processes in ``Testbed.processes``, in start order."""
 
     @property
-    def testbed(self) -> Testbed:
+    def testbed(self) -> ControlPlane:
         if self._testbed is None:
             raise RuntimeError(f"add-on {self.name} has not started")
         return self._testbed
@@ -67,14 +67,14 @@ class AddOn(ABC):
         processes = self.processes
         return processes[-1] if processes else None
 
-    def start(self, testbed: Testbed) -> None:
+    def start(self, testbed: ControlPlane) -> None:
         """Start it on ``testbed``; returns once it is ready."""
         self._testbed = testbed
         self.launch(testbed)
         wait_for(self.readiness or self.name, self.ready, self.timeout, self.process)
 
     @abstractmethod
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         """Start its processes (``run``) and what they need."""
 
     def ready(self) -> bool:

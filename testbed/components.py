@@ -7,18 +7,16 @@ from __future__ import annotations
 import ssl
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from testbed.addon import AddOn, answers
 from testbed.build import COMPONENTS
 from testbed.common import DEPLOY, RAYGATE_ACCOUNT, RAYGATE_NAMESPACE, REPO, binary
+from testbed.control_plane import ControlPlane
 from testbed.processes import Process
 from testbed.webhook import NATIVE_PLACEMENT_OFF, webhook_configuration
-
-if TYPE_CHECKING:
-    from testbed.cluster import Testbed
 
 __all__ = ["SCHEDULER_SETUP", "KubeRay", "KubeScheduler", "Kwok", "Raygate",
            "ray_scheduler_configuration", "schedulers"]
@@ -36,7 +34,7 @@ class KubeScheduler(AddOn):
         self.kubeconfig = kubeconfig
         self.port = port
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         self.run(self.name, [
             binary("kubernetes", "kube-scheduler"), f"--config={self.config}",
             "--bind-address=127.0.0.1", f"--secure-port={self.port}",
@@ -55,7 +53,7 @@ class KubeScheduler(AddOn):
         return answers(f"https://127.0.0.1:{self.port}/healthz", insecure)
 
 
-def ray_scheduler_configuration(testbed: Testbed) -> dict[str, Any]:
+def ray_scheduler_configuration(testbed: ControlPlane) -> dict[str, Any]:
     """deploy/kube-scheduler-second's KubeSchedulerConfiguration, the extender's address
     and the kubeconfig path (the ``ray-scheduler`` ServiceAccount's) rewritten for
     ``testbed``."""
@@ -71,11 +69,11 @@ def ray_scheduler_configuration(testbed: Testbed) -> dict[str, Any]:
     return config
 
 
-def schedulers(testbed: Testbed) -> list[KubeScheduler]:
+def schedulers(testbed: ControlPlane) -> list[KubeScheduler]:
     """``ray-scheduler`` with exactly the KubeSchedulerConfiguration of
-    deploy/kube-scheduler-second (``Testbed.scheduler_configuration``), and the stock
+    deploy/kube-scheduler-second (``ray_scheduler_configuration``), and the stock
     ``default-scheduler`` (no extender), as every cluster has."""
-    config = testbed.scheduler_configuration()
+    config = ray_scheduler_configuration(testbed)
     kubeconfig = config["clientConnection"]["kubeconfig"]
     path = testbed.workdir / "ray-scheduler.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -99,7 +97,7 @@ class KubeRay(AddOn):
         super().__init__()
         self.batch_scheduler = batch_scheduler
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         self.run(self.name, [
             binary("kuberay", "kuberay-operator"),
             f"--metrics-addr=127.0.0.1:{testbed.ports.kuberay_metrics}",
@@ -118,7 +116,7 @@ class Kwok(AddOn):
 
     name = "kwok"
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         stages = COMPONENTS["kwok"].path("stages")
         self.run(self.name, [
             binary("kwok", "kwok"), f"--kubeconfig={testbed.admin_kubeconfig}",
@@ -143,7 +141,7 @@ class Raygate(AddOn):
     name = "raygate"
     readiness = "raygate /readyz"
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         assert testbed.pki is not None
         configmap = yaml.safe_load((DEPLOY / "base" / "configmap.yaml").read_text())
         config = testbed.workdir / "raygate.yaml"
@@ -167,7 +165,7 @@ class Raygate(AddOn):
     def ready(self) -> bool:
         return answers(f"{self.testbed.raygate_url}/readyz")
 
-    def start(self, testbed: Testbed) -> None:
+    def start(self, testbed: ControlPlane) -> None:
         super().start(testbed)
         assert testbed.pki is not None
         testbed.kubectl("apply", "-f", "-", input=yaml.safe_dump(webhook_configuration(

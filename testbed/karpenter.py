@@ -31,10 +31,11 @@ from typing import Any
 import yaml
 
 from testbed.addon import AddOn, answers
-from testbed.api import Api
+from testbed.api import KubeApi
 from testbed.build import COMPONENTS
 from testbed.cluster import Testbed
 from testbed.common import TestbedError, binary
+from testbed.control_plane import ControlPlane
 from testbed.processes import free_port, wait_for
 
 __all__ = ["GPU_LABELS", "GPU_TAINT", "INSTANCE_TYPES", "NODECLAIMS", "NODEPOOLS", "NODE_CLASS",
@@ -132,13 +133,13 @@ def wrote_on_pod(event: dict[str, Any]) -> bool:
     return source == "karpenter" and event["involvedObject"].get("kind") == "Pod"
 
 
-def _node_class_ready(api: Api) -> bool:
+def _node_class_ready(api: KubeApi) -> bool:
     node_class = api.get(f"{NODECLASSES}/{NODE_CLASS}")
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in node_class.get("status", {}).get("conditions") or [])
 
 
-def _install(testbed: Testbed) -> None:
+def _install(testbed: ControlPlane) -> None:
     """Karpenter's CRDs and the ``KWOKNodeClass`` every NodePool refers to, checked
     Ready."""
     for folder in ("crds", "nodeclass-crds"):
@@ -170,7 +171,7 @@ class Karpenter(AddOn):
         super().__init__()
         self.health_port = free_port()
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         _install(testbed)
         types = testbed.workdir / "karpenter-instance-types.json"
         types.write_text(json.dumps([t.options() for t in INSTANCE_TYPES], indent=1))
@@ -187,7 +188,7 @@ class Karpenter(AddOn):
     def ready(self) -> bool:
         return answers(f"http://127.0.0.1:{self.health_port}/readyz")
 
-    def api(self) -> Api:
+    def api(self) -> KubeApi:
         return self.testbed.api()
 
     def node_claims(self, selector: str = "") -> list[dict[str, Any]]:

@@ -47,6 +47,7 @@ from testbed.api import ApiError
 from testbed.build import COMPONENTS
 from testbed.cluster import Testbed
 from testbed.common import TestbedError, binary
+from testbed.control_plane import ControlPlane
 from testbed.pki import certificate_builder, key_pem, new_key
 from testbed.processes import free_port, wait_for
 
@@ -159,7 +160,7 @@ def _webhook_configurations(base_url: str, ca_bundle: str) -> list[dict[str, Any
     return configurations
 
 
-def _apply(testbed: Testbed, documents: list[dict[str, Any]]) -> None:
+def _apply(testbed: ControlPlane, documents: list[dict[str, Any]]) -> None:
     # Server-side, forcing conflicts: the CRDs exist already (the testbed installs them,
     # without conversion, under kubectl's field manager); this takes those fields over.
     testbed.kubectl("apply", "--server-side", "--force-conflicts",
@@ -183,7 +184,7 @@ def configuration(cert_dir: Path, health: int, metrics: int, webhook: int) -> di
     }
 
 
-def _webhook_answers(testbed: Testbed) -> bool:
+def _webhook_answers(testbed: ControlPlane) -> bool:
     """A server-side dry run through Kueue's ResourceFlavor webhooks."""
     try:
         testbed.api().request("POST", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
@@ -215,7 +216,7 @@ class Kueue(AddOn):
         super().__init__()
         self.health, self.metrics, self.webhook = free_port(), free_port(), free_port()
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         if testbed.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
             testbed.kubectl("create", "namespace", NAMESPACE)
         certs = make_certs()

@@ -28,6 +28,7 @@ from pathlib import Path
 from testbed.addon import AddOn
 from testbed.cluster import Testbed
 from testbed.common import REPO
+from testbed.control_plane import ControlPlane
 from testbed.processes import Process, free_port
 
 __all__ = ["RayAutoscaler", "RayHead", "RayWorker", "cluster_nodes", "start_autoscaler",
@@ -56,7 +57,7 @@ class RayHead(AddOn):
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         self.run(self.name, [
             _ray(), "start", "--head", "--block", "--num-cpus=0",
             f"--port={self.port}", "--include-dashboard=false", "--no-monitor",
@@ -83,7 +84,7 @@ class RayWorker(AddOn):
         self.readiness = f"the raylet of {pod}"
         self.pod, self.group, self.gcs, self.cpu = pod, group, gcs, cpu
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         self.run(self.name, [
             _ray(), "start", f"--address={self.gcs}", "--block",
             f"--num-cpus={self.cpu}", "--object-store-memory=100000000", "--disable-usage-stats",
@@ -136,14 +137,14 @@ class RayAutoscaler(AddOn):
         self.cluster, self.namespace, self.head_pod, self.gcs = cluster, namespace, head_pod, gcs
         self.allocate_timeout = allocate_timeout
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         self.run(self.name, [
             sys.executable, "-m", "testbed.autoscaler_offpod", self.which,
             "--cluster-name", self.cluster, "--cluster-namespace", self.namespace,
             "--gcs-address", self.gcs,
         ], env=self._env(testbed))
 
-    def _env(self, testbed: Testbed) -> dict[str, str]:
+    def _env(self, testbed: ControlPlane) -> dict[str, str]:
         assert testbed.pki is not None
         token = testbed.workdir / f"{self.namespace}.{self.cluster}.token"
         # No trailing newline: Ray sends the file as it is, and a header may not hold one.

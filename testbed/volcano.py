@@ -25,6 +25,7 @@ import yaml
 from testbed.addon import AddOn, answers
 from testbed.cluster import Testbed
 from testbed.common import DEPLOY, TestbedError, binary
+from testbed.control_plane import ControlPlane
 from testbed.processes import free_port, wait_for
 
 __all__ = ["VOLCANO_SETUP", "Volcano", "scheduler_configuration", "start_volcano"]
@@ -47,7 +48,7 @@ def scheduler_configuration(raygate_url: str) -> dict[str, Any]:
     return config
 
 
-def _queue_open(testbed: Testbed, name: str) -> bool:
+def _queue_open(testbed: ControlPlane, name: str) -> bool:
     state = testbed.kubectl("get", "queue", name, "-o", "jsonpath={.status.state}",
                             check=False).stdout
     return state == "Open"
@@ -66,7 +67,7 @@ class Volcano(AddOn):
         self.config = Path()
         self.health = {"vc-controller-manager": free_port(), "vc-scheduler": free_port()}
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         if testbed.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
             testbed.kubectl("create", "namespace", NAMESPACE)
         kubeconfig = f"--kubeconfig={testbed.admin_kubeconfig}"

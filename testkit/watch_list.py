@@ -4,16 +4,11 @@ refused, and the BOOKMARK that ends its initial events."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import msgspec
 
-if TYPE_CHECKING:
-    from testkit.apiserver import Collection
+from testkit.resources import Collection, Obj
 
 __all__ = ["NOT_OLDER_THAN", "bookmark_object", "initial_events"]
-
-Obj = dict[str, Any]
 
 NOT_OLDER_THAN = "NotOlderThan"
 

@@ -1,4 +1,4 @@
-"""``bench.kubeapi``, the benchmarks' kube-apiserver client, against the API-server double
+"""``testbed.api``, the one kube-apiserver client (the benchmarks' too), against the double
 serving ``bench.cluster_json``'s cluster (``ClusterDouble``): lists, errors, a watch."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from bench.cache_scale_list import list_alone
 from bench.cluster_json import TOKEN, ClusterDouble, build_cluster
-from bench.kubeapi import ApiError, KubeApi
+from testbed.api import ApiError, KubeApi
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from typing import Any, cast
 import pytest
 
 from bench import payloads
-from bench.kubeapi import KubeApi
 from bench.scheduler_clock import GATE, LABEL_RULE, BurstClock, latencies, marked
 from bench.scheduler_objects import nodes, rayclusters, worker_pods
 from bench.scheduler_report import (
@@ -24,6 +23,7 @@ from bench.scheduler_report import (
 )
 from bench.stats import histogram_quantile as quantile
 from bench.stats import percentile, summarize
+from testbed.api import KubeApi
 
 NAME = "scheduler_framework_extension_point_duration_seconds"
 

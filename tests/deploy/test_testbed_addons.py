@@ -12,6 +12,7 @@ import pytest
 from testbed.addon import AddOn, answers
 from testbed.cluster import CONTROL_PLANE, Testbed
 from testbed.components import KubeRay, KubeScheduler, Kwok, Raygate
+from testbed.control_plane import ControlPlane
 from testbed.processes import Process, StartError
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -28,7 +29,7 @@ class Sleeper(AddOn):
         self.argv = argv
         self.timeout = 5.0
 
-    def launch(self, testbed: Testbed) -> None:
+    def launch(self, testbed: ControlPlane) -> None:
         for i in range(self.count):
             self.run(f"{self.name}-{i}", list(self.argv))
 
