@@ -8,7 +8,8 @@ the real KubeRay operator treat them.
    apply under field manager ``kueue`` and a ``raygate.io/`` gate written by a guarded
    JSON Patch under ``raygate``; ``small`` leaves its priority to the CRD's default (0).
    ``workerGroupSpecs`` is an atomic list, so an apply of one group's gate alone is
-   refused (409 without force, 422 with it: the list would be that one group), and the
+   refused (409 without force, 422 with it: the list would be that one group), a forced
+   apply of the whole list read before an autoscaler's write undoes that write, and the
    owner of the whole list changes with every writer.
 2. Ray 2.60's own scale-down patch (``worker_delete_patch``, which its KubeRay provider
    sends) replaces a group's whole ``scaleStrategy``: every gate of that group goes.
