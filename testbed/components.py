@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from testbed import kuberay_standin
 from testbed.addon import AddOn, answers
 from testbed.build import COMPONENTS
 from testbed.common import DEPLOY, RAYGATE_ACCOUNT, RAYGATE_NAMESPACE, REPO, binary
@@ -89,7 +90,8 @@ def schedulers(testbed: ControlPlane) -> list[KubeScheduler]:
 
 class KubeRay(AddOn):
     """The KubeRay operator, with ``--batch-scheduler`` when ``batch_scheduler`` is set
-    (KubeRay reads it at start: ``Testbed.restart_kuberay`` changes it)."""
+    (KubeRay reads it at start: ``Testbed.restart_kuberay`` changes it), its RayCluster
+    CRD extended first (``testbed.kuberay_standin``)."""
 
     name = "kuberay-operator"
 
@@ -98,6 +100,7 @@ class KubeRay(AddOn):
         self.batch_scheduler = batch_scheduler
 
     def launch(self, testbed: ControlPlane) -> None:
+        kuberay_standin.extend(testbed)  # its CRD with 1.7's priority and the scale gates
         self.run(self.name, [
             binary("kuberay", "kuberay-operator"),
             f"--metrics-addr=127.0.0.1:{testbed.ports.kuberay_metrics}",
