@@ -24,7 +24,6 @@ from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.cache.snapshot_files import demo_text, load_text
-from raygate.server.fronts.scheduler import SchedulerExtender
 from raygate.server.listeners import WebhookListener, bind_socket
 from testkit.builders import T0_EPOCH, Obj, object_list
 
@@ -54,8 +53,7 @@ class ServerThread:
     def __init__(self, cache: ClusterCache, clock: FakeClock,
                  verify: ssl.SSLContext | None = None, **options: Any) -> None:
         sock = bind_socket("127.0.0.1", 0)
-        self.server = build_server(cache, sock, "127.0.0.1:0",
-                                   scheduler=SchedulerExtender(cache, clock), **options)
+        self.server = build_server(cache, sock, "127.0.0.1:0", clock=clock, **options)
         self.cache = cache
         self.clock = clock
         self.verify = verify

@@ -15,9 +15,11 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
@@ -34,13 +36,18 @@ from raygate.server.config.settings import ServeSettings, parse_addr
 from raygate.server.controllers.admitted_pods import AdmittedPods
 from raygate.server.controllers.events import EventApi, EventRecorder
 from raygate.server.controllers.floor_budgets import BudgetApi, FloorBudgets
+from raygate.server.controllers.follow import Follower
 from raygate.server.controllers.gate_release import GateRelease, PatchPod
 from raygate.server.controllers.no_node_events import NoNodeComingEvents
 from raygate.server.controllers.stale_refusals import Annotate, StaleRefusals
 from raygate.server.fronts.admission.http import admission_routes
 from raygate.server.fronts.admission.service import AdmissionService
+from raygate.server.fronts.admission.servicer import SERVICE_NAME as ADMISSION_SERVICE
+from raygate.server.fronts.admission.servicer import add_admission_service
 from raygate.server.fronts.explain.http import explain_routes
 from raygate.server.fronts.explain.service import ExplainService
+from raygate.server.fronts.explain.servicer import SERVICE_NAME as EXPLAIN_SERVICE
+from raygate.server.fronts.explain.servicer import add_explain_service
 from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
 from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
 from raygate.server.fronts.webhook import RayPodWebhook
@@ -57,7 +64,7 @@ from raygate.server.kube.lease import identity, lease_elector, lease_namespace
 from raygate.server.kube.source import LiveSource
 from raygate.server.listeners import ListenError, WebhookListener, bind_socket
 from raygate.server.metrics.registry import Metrics, metrics_routes
-from raygate.server.server import CERT_POLL_SECONDS, RaygateServer, Services
+from raygate.server.server import CERT_POLL_SECONDS, GrpcService, RaygateServer, Services
 from raygate.server.tls import CertReloader, TlsFiles
 
 if TYPE_CHECKING:
@@ -182,7 +189,7 @@ def build_server(
     grpc_addr: str,
     *,
     settings: ServeSettings = ServeSettings(),  # noqa: B008 - frozen, never mutated
-    scheduler: SchedulerExtender | None = None,
+    clock: Callable[[], float] = time.time,
     webhook: WebhookListener | None = None,
     authorizer: AccessGuard | None = None,
     cert_poll_seconds: float = CERT_POLL_SECONDS,
@@ -193,74 +200,80 @@ def build_server(
     event_api: EventApi | None = None,
 ) -> RaygateServer:
     """Every service over ``cache`` and the routes that serve them, handed to a server
-    listening on ``http_sock`` and ``grpc_addr``. ``scheduler``: one with the clock the
-    caller chose (every service reads the time from it). ``annotate_pod``,
-    ``budget_api``, ``patch_pod``, ``event_api``: the writes raygate makes, None when not
-    made. ``leadership``: the Lease's; None: this replica always leads."""
+    listening on ``http_sock`` and ``grpc_addr``. ``clock``: every service's notion of
+    `now`. ``annotate_pod``, ``budget_api``, ``patch_pod``, ``event_api``: the writes
+    raygate makes, None when not made. ``leadership``: the Lease's; None: this replica
+    always leads."""
     # A registry per server: several servers in one process count apart.
     metrics = Metrics()
-    scheduler = scheduler or SchedulerExtender(cache)
-    scheduler.bind_metrics(metrics)
     leadership = leadership or Leadership(None)
     metrics.watch_leadership(leadership)
     admitted = AdmittedPods()  # the webhook's admissions, counted by gated pods' releases
     controllers = _controllers(
-        cache, scheduler, metrics, leadership=leadership, settings=settings,
+        cache, clock, metrics, leadership=leadership, settings=settings,
         annotate_pod=annotate_pod, budget_api=budget_api, patch_pod=patch_pod,
         event_api=event_api, admitted=admitted)
-    admission = AdmissionService(cache, scheduler.clock)  # one notion of `now`
-    explain = ExplainService(cache, scheduler.clock)
+    scheduler = SchedulerExtender(cache, clock, metrics,
+                                  stale_refusals=controllers.stale_refusals)
+    admission = AdmissionService(cache, clock)
+    explain = ExplainService(cache, clock)
     metrics.watch_cache(cache)
     metrics.watch_admission(admission.pod_states)
     services = Services(
-        cache, metrics, leadership, admission, explain,
+        cache, metrics, leadership, admission,
         _routes(cache, metrics, scheduler, admission=admission, explain=explain,
                 authorizer=authorizer, settings=settings),
         webhook_routes={} if webhook is None else RayPodWebhook(
             cache, metrics, place=settings.native_placement == "on",
             marker=settings.webhook_marker == "on", admitted=admitted,
-            clock=scheduler.clock).routes(),
-        **controllers,
+            clock=clock).routes(),
+        followers=[*controllers.followers, admission],
+        grpc_services=_grpc_services(admission, explain),
         grpc_interceptors=() if authorizer is None else authorizer.grpc_interceptors())
     return RaygateServer(services, http_sock, grpc_addr, settings=settings, webhook=webhook,
                          cert_poll_seconds=cert_poll_seconds)
 
 
-class Controllers(TypedDict):
-    """What follows the cache beside the requests: ``Services``' fields of that name."""
-
+@dataclass(frozen=True)
+class Controllers:
+    followers: list[Follower]
+    """Those that run, each started with the server (the recorder of Events first, so
+    that it is closed last)."""
     stale_refusals: StaleRefusals | None
-    budgets: FloorBudgets | None
-    native: GateRelease | None
-    events: EventRecorder | None
-    outlook: NoNodeComingEvents | None
+    """Where filter notes its refusals (``SchedulerExtender``)."""
 
 
 def _controllers(
-    cache: ClusterCache, scheduler: SchedulerExtender, metrics: Metrics, *,
+    cache: ClusterCache, clock: Callable[[], float], metrics: Metrics, *,
     leadership: Leadership, settings: ServeSettings, annotate_pod: Annotate | None,
     budget_api: BudgetApi | None, patch_pod: PatchPod | None, event_api: EventApi | None,
     admitted: AdmittedPods,
 ) -> Controllers:
-    """The writers, each None when its write is not made (``Services``' fields): the stale
-    refusals (asking kube-scheduler to try a pod again, ``requeue.staleRefusals``; filter
-    notes them), the floors' PodDisruptionBudgets (``disruptionBudgets``), the release of
+    """The writers, each left out when its write is not made: the Events the leader says
+    and the ``NoNodeComing`` ones among them, the stale refusals (asking kube-scheduler
+    to try a pod again, ``requeue.staleRefusals``; filter notes them), the release of
     gated pods while this replica leads (whatever ``placement.native`` says, a pod
-    raygate's gate holds is released by it), the Events the leader says and the
-    ``NoNodeComing`` ones among them."""
+    raygate's gate holds is released by it), the floors' PodDisruptionBudgets
+    (``disruptionBudgets``)."""
     events = None if event_api is None else EventRecorder(
         event_api, metrics, identity(), leading=leadership.leading)
-    stale = scheduler.stale_refusals = None if annotate_pod is None else StaleRefusals(
-        cache, scheduler.clock, annotate_pod, metrics)
+    stale = None if annotate_pod is None else StaleRefusals(
+        cache, clock, annotate_pod, metrics)
+    native = None if patch_pod is None else GateRelease(
+        cache, clock, patch_pod, metrics, leading=leadership.leading,
+        wait_seconds=settings.placement_wait_seconds, admitted=admitted, events=events)
     budgets = None if budget_api is None else FloorBudgets(
         cache, budget_api, metrics, time.monotonic, events=events)
-    native = None if patch_pod is None else GateRelease(
-        cache, scheduler.clock, patch_pod, metrics, leading=leadership.leading,
-        wait_seconds=settings.placement_wait_seconds, admitted=admitted, events=events)
     outlook = None if events is None else NoNodeComingEvents(
-        cache, scheduler.clock, events, leading=leadership.leading)
-    return Controllers(stale_refusals=stale, budgets=budgets, native=native, events=events,
-                       outlook=outlook)
+        cache, clock, events, leading=leadership.leading)
+    running = [events, stale, native, budgets, outlook]
+    return Controllers([f for f in running if f is not None], stale)
+
+
+def _grpc_services(admission: AdmissionService, explain: ExplainService
+                   ) -> list[GrpcService]:
+    return [GrpcService(ADMISSION_SERVICE, partial(add_admission_service, admission)),
+            GrpcService(EXPLAIN_SERVICE, partial(add_explain_service, explain))]
 
 
 def _routes(cache: ClusterCache, metrics: Metrics, scheduler: SchedulerExtender, *,

@@ -20,6 +20,7 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -28,17 +29,8 @@ from grpc_reflection.v1alpha import reflection
 from raygate.policy.config import ConfigError
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
-from raygate.server.controllers.events import EventRecorder
-from raygate.server.controllers.floor_budgets import FloorBudgets
-from raygate.server.controllers.gate_release import GateRelease
-from raygate.server.controllers.no_node_events import NoNodeComingEvents
-from raygate.server.controllers.stale_refusals import StaleRefusals
+from raygate.server.controllers.follow import Follower
 from raygate.server.fronts.admission.service import AdmissionService
-from raygate.server.fronts.admission.servicer import SERVICE_NAME as ADMISSION_SERVICE
-from raygate.server.fronts.admission.servicer import add_admission_service
-from raygate.server.fronts.explain.service import ExplainService
-from raygate.server.fronts.explain.servicer import SERVICE_NAME as EXPLAIN_SERVICE
-from raygate.server.fronts.explain.servicer import add_explain_service
 from raygate.server.fronts.health import health_routes
 from raygate.server.http.app import HttpApp
 from raygate.server.http.routes import AsyncRoute, Route
@@ -47,7 +39,7 @@ from raygate.server.listeners import HttpServer, ListenError, WebhookListener, h
 from raygate.server.metrics.registry import Metrics
 from raygate.server.tls import CertReloader, TlsFiles
 
-__all__ = ["CERT_POLL_SECONDS", "RaygateServer", "Services"]
+__all__ = ["CERT_POLL_SECONDS", "GrpcService", "RaygateServer", "Services"]
 
 log = logging.getLogger("raygate.server")
 
@@ -64,6 +56,18 @@ GRPC_OPTIONS = (
 )
 
 
+F = TypeVar("F")
+
+
+@dataclass(frozen=True)
+class GrpcService:
+    """A gRPC service the server serves: its full name (health and reflection name it
+    too) and what adds its servicer to a server."""
+
+    name: str
+    add: Callable[[grpc.aio.Server], None]
+
+
 @dataclass(frozen=True)
 class Services:
     """What the listeners serve, and start and stop with them: built by the composition
@@ -73,17 +77,20 @@ class Services:
     metrics: Metrics
     leadership: Leadership
     admission: AdmissionService
-    explain: ExplainService
+    """Its long-polls and Watch streams end as the drain begins (one of ``followers``)."""
     routes: dict[str, Route | AsyncRoute]
     """The main listener's, but ``/healthz`` and ``/readyz``: those follow the server's
     own lifecycle (``stop`` makes ``/readyz`` answer 503), so the server adds them."""
     webhook_routes: dict[str, Route] = field(default_factory=dict)
-    stale_refusals: StaleRefusals | None = None
-    native: GateRelease | None = None
-    budgets: FloorBudgets | None = None
-    events: EventRecorder | None = None
-    outlook: NoNodeComingEvents | None = None
+    followers: Sequence[Follower] = ()
+    """What follows the cache beside the requests: attached to the server's loop in
+    this order when it starts, closed in the reverse order when it ends."""
+    grpc_services: Sequence[GrpcService] = ()
     grpc_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+
+    def follower(self, kind: type[F]) -> F | None:
+        """The follower of type ``kind``, if one runs."""
+        return next((f for f in self.followers if isinstance(f, kind)), None)
 
 
 class RaygateServer:
@@ -191,36 +198,16 @@ class RaygateServer:
                 await grpc_server.stop(grace=None)
 
     def _follow_cache(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start what follows the cache's publishes beside the requests: the admission
-        statuses (long-polls and Watch streams wait on ``loop``; the cache may publish from
-        any thread, and the service hops onto the loop), the stale refusals, the gated
-        pods' releases, the budgets, the Events."""
-        services = self.services
-        services.admission.attach(loop)
-        if services.stale_refusals is not None:
-            services.stale_refusals.attach(loop)
-        if services.native is not None:
-            services.native.attach(loop)
-        if services.budgets is not None:
-            services.budgets.start()
-        if services.events is not None:
-            services.events.start()
-        if services.outlook is not None:
-            services.outlook.attach(loop)
+        """Start what follows the cache's publishes beside the requests (the admission
+        statuses, whose long-polls and Watch streams wait on ``loop``, and the
+        controllers): the cache may publish from any thread, and each hops onto
+        ``loop`` or runs on a thread of its own."""
+        for follower in self.services.followers:
+            follower.attach(loop)
 
     def _stop_following_cache(self) -> None:
-        services = self.services
-        services.admission.close()
-        if services.stale_refusals is not None:
-            services.stale_refusals.close()
-        if services.native is not None:
-            services.native.close()
-        if services.budgets is not None:
-            services.budgets.close()
-        if services.outlook is not None:
-            services.outlook.close()
-        if services.events is not None:
-            services.events.close()
+        for follower in reversed(self.services.followers):
+            follower.close()
 
     async def _follow_health(self, loop: asyncio.AbstractEventLoop,
                              health_servicer: health.aio.HealthServicer
@@ -231,7 +218,7 @@ class RaygateServer:
         async def set_health() -> None:
             status = (health_pb2.HealthCheckResponse.SERVING if self.cache.ready
                       else health_pb2.HealthCheckResponse.NOT_SERVING)
-            for service in ("", ADMISSION_SERVICE, EXPLAIN_SERVICE):
+            for service in ("", *self._grpc_names()):
                 # Ignored once shutting down (enter_graceful_shutdown is final).
                 await health_servicer.set(service, status)
 
@@ -239,17 +226,16 @@ class RaygateServer:
         return self.cache.follow_on(loop, lambda: asyncio.ensure_future(set_health()))
 
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-        """The gRPC server: the admission and explain services, health, reflection, the
-        authorizer's interceptor; bound, not yet started."""
+        """The gRPC server: raygate's services, health, reflection, the authorizer's
+        interceptor; bound, not yet started."""
         server = self._grpc = grpc.aio.server(
             interceptors=list(self.services.grpc_interceptors), options=GRPC_OPTIONS)
         health_servicer = self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        add_admission_service(self.services.admission, server)
-        add_explain_service(self.services.explain, server)
+        for service in self.services.grpc_services:
+            service.add(server)
         reflection.enable_server_reflection(
-            (ADMISSION_SERVICE, EXPLAIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
-            server)
+            (*self._grpc_names(), health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         try:
             if self.tls is None:
                 self.grpc_port = server.add_insecure_port(self.grpc_addr)
@@ -262,6 +248,9 @@ class RaygateServer:
             raise ListenError(f"cannot listen on {self.grpc_addr} (gRPC): the address is "
                               "in use or not this machine's") from None
         return server, health_servicer
+
+    def _grpc_names(self) -> tuple[str, ...]:
+        return tuple(service.name for service in self.services.grpc_services)
 
     def stop(self) -> None:
         """Begin the shutdown (see the module's doc); call on the server's loop (a signal

@@ -42,7 +42,7 @@ class FakeEventApi:
 def taken(rec: EventRecorder) -> tuple[list[Any], int]:
     """What waits in the recorder's queue, taken out (as its thread takes it)."""
     queue = rec._queue
-    with queue.ready:
+    with queue.lock:
         items, dropped = list(queue.items), queue.dropped
         queue.items.clear()
         queue.dropped = 0

@@ -182,7 +182,7 @@ def test_a_full_queue_drops_and_counts() -> None:
 def test_the_writer_thread_writes_what_is_recorded_and_stops() -> None:
     api = FakeEventApi()
     rec = EventRecorder(api, Metrics(), "raygate-0")
-    rec.start()
+    rec.attach()
     try:
         rec.record(POD, Reason.RELEASED, "released")
         assert api.written.wait(10)

@@ -336,7 +336,7 @@ def test_two_replicas_converge_without_a_leader() -> None:
 def running() -> Iterator[World]:
     world = World(delay_seconds=0.2)
     world.writer.clock = time.monotonic
-    world.writer.start()
+    world.writer.attach()
     yield world
     world.writer.close()
 
@@ -408,7 +408,7 @@ def test_the_server_runs_the_writer_and_serves_its_metric() -> None:
     served = ServerThread(ClusterCache(PolicyConfig(), "test"), FakeClock(), budget_api=api)
     served.start()
     try:
-        assert served.server.services.budgets is not None
+        assert served.server.services.follower(FloorBudgets) is not None
         editor = SnapshotEditor(served.cache.snapshot)
         editor.upsert(cluster(), "1")
         served.cache.publish(editor.finish())
@@ -418,12 +418,13 @@ def test_the_server_runs_the_writer_and_serves_its_metric() -> None:
         assert 'raygate_disruption_budget_writes_total{result="applied"} 2.0' in text
     finally:
         served.stop()
-    assert served.server.services.budgets._thread is None  # joined
+    writer = served.server.services.follower(FloorBudgets)
+    assert writer is not None and writer._thread is None  # joined
 
 
 def test_without_a_budget_api_nothing_runs(server: Any) -> None:
     """No cluster to write to (the demo, snapshot files) or ``disruptionBudgets: off``."""
-    assert server.server.services.budgets is None
+    assert server.server.services.follower(FloorBudgets) is None
 
 
 @pytest.mark.parametrize(("setting", "writes"), [("on", True), ("off", False)])
@@ -445,7 +446,7 @@ def test_serve_writes_budgets_only_when_on(setting: str, writes: bool) -> None:
     server = _server(settings, ClusterCache(PolicyConfig(), "test"), None,
                      Transport())  # type: ignore[arg-type]
     server.http_sock.close()
-    assert (server.services.budgets is not None) is writes
+    assert (server.services.follower(FloorBudgets) is not None) is writes
 
 
 def test_while_the_list_fails_the_thread_waits_for_its_retry_not_a_clusters() -> None:
@@ -460,5 +461,5 @@ def test_while_the_list_fails_the_thread_waits_for_its_retry_not_a_clusters() ->
     world.writer.check()  # the apply fails: the cluster's retry in 1 s
     world.clock.now += world.writer.resync_seconds  # the resync forgets the memo...
     world.writer.check()  # ...and its list fails: the cluster's retry is long past due
-    idle = world.writer._idle_seconds()
+    idle = world.writer.idle_seconds()
     assert idle is not None and idle > 0

@@ -15,7 +15,7 @@ import pytest
 
 from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
-from raygate.server.controllers.stale_refusals import ANNOTATION
+from raygate.server.controllers.stale_refusals import ANNOTATION, StaleRefusals
 from testkit.builders import T0_EPOCH, Obj, iso, make_node, make_pod, make_raycluster
 from tests.conftest import FakeClock, ServerThread, post_json
 
@@ -70,7 +70,7 @@ def refused(server: ServerThread, pod: Obj) -> bool:
 def settle(server: ServerThread) -> None:
     """Let the server's loop run the check the last publish scheduled."""
     time.sleep(0.3)
-    stale = server.server.services.stale_refusals
+    stale = server.server.services.follower(StaleRefusals)
     assert stale is not None
     server.loop.call_soon_threadsafe(stale.check)
     time.sleep(0.1)
@@ -173,7 +173,7 @@ def test_a_failed_patch_is_counted_and_logged_not_retried(
 
 
 def test_the_table_is_bounded(served: ServerThread, recorder: Recorder) -> None:
-    stale = served.server.services.stale_refusals
+    stale = served.server.services.follower(StaleRefusals)
     assert stale is not None
     stale.limit = 3
     pods = [worker(f"p{i}") for i in range(5)]
@@ -187,7 +187,7 @@ def test_off_without_an_annotate_function(server: ServerThread, client: httpx.Cl
     """No cluster to write to (the demo, snapshot files) or `requeue.staleRefusals: off`:
     nothing is remembered."""
     server.publish(*NODES, CLUSTER, worker("f1"), SUBJECT)
-    assert server.server.services.stale_refusals is None
+    assert server.server.services.follower(StaleRefusals) is None
     reply = post_json(client, "/scheduler/filter",
                       {"Pod": SUBJECT, "Nodes": None, "NodeNames": NAMES}).json()
     assert "gpu-1" in reply["FailedAndUnresolvableNodes"]

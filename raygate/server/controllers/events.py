@@ -35,6 +35,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from raygate.policy.model import PodView, RayClusterView
+from raygate.server.controllers.follow import OnThread
 from raygate.server.kube.transport import ApiError
 from raygate.server.metrics.registry import Metrics
 
@@ -151,13 +152,14 @@ class _Bucket:
 class _Queue:
     items: deque[_Said] = field(default_factory=deque)
     dropped: int = 0
-    ready: threading.Condition = field(default_factory=threading.Condition)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class EventRecorder:
+class EventRecorder(OnThread):
     def __init__(self, api: EventApi, metrics: Metrics, instance: str, *,
                  leading: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.time) -> None:
+        super().__init__(None, log, name="raygate-events", doing="recording Events")
         self.api = api
         self.instance = instance
         """``reportingInstance``: this replica (its pod's name)."""
@@ -168,8 +170,6 @@ class EventRecorder:
         self._series: dict[_Key, _Series] = {}
         self._buckets: OrderedDict[Regarding, _Bucket] = OrderedDict()
         self._logged: dict[Reason, str] = {}
-        self._stop = False
-        self._thread: threading.Thread | None = None
 
     # --- the callers' side ----------------------------------------------------------
     def record(self, regarding: Regarding, reason: Reason, note: str, *,
@@ -178,50 +178,31 @@ class EventRecorder:
         if not self.leading():
             return
         queue = self._queue
-        with queue.ready:
+        with queue.lock:
             if len(queue.items) >= MAX_QUEUED:
                 queue.dropped += 1
                 return
             queue.items.append(_Said((regarding, reason, related), note, self.clock()))
-            queue.ready.notify()
+        self.wake()
 
-    # --- lifecycle --------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="raygate-events", daemon=True)
-        self._thread.start()
+    # --- the writer's side (one thread) -------------------------------------------------
+    def check(self) -> None:
+        """Write what was recorded since the last look."""
+        queue = self._queue
+        with queue.lock:
+            said = list(queue.items)
+            queue.items.clear()
+            dropped, queue.dropped = queue.dropped, 0
+        self.write(said, dropped)
 
-    def close(self) -> None:
-        with self._queue.ready:
-            self._stop = True
-            self._queue.ready.notify()
-        if self._thread is not None:
-            # A write in flight ends within the API request timeout; not waited for.
-            self._thread.join(timeout=1.0)
-            self._thread = None
-
-    def _run(self) -> None:
-        while True:
-            with self._queue.ready:
-                if not self._queue.items and not self._stop:
-                    self._queue.ready.wait(self._idle_seconds())
-                if self._stop:
-                    return
-                said = list(self._queue.items)
-                self._queue.items.clear()
-                dropped, self._queue.dropped = self._queue.dropped, 0
-            try:
-                self.write(said, dropped)
-            except Exception:  # a bug: say so, and keep recording
-                log.exception("recording Events failed")
-
-    def _idle_seconds(self) -> float | None:
+    def idle_seconds(self) -> float | None:
+        """Until the next series' count is due, or its end."""
         due = min((s.refresh_at for s in self._series.values() if s.count > s.written_count),
                   default=None)
         ends = min((s.last + FINISH_SECONDS for s in self._series.values()), default=None)
         soonest = min((t for t in (due, ends) if t is not None), default=None)
         return None if soonest is None else max(soonest - self.clock(), 0.0)
 
-    # --- the writer's side (one thread) -------------------------------------------------
     def write(self, said: list[_Said], dropped: int = 0) -> None:
         """Write what was said, then the series whose count is due."""
         for _ in range(dropped):

@@ -33,22 +33,22 @@ repeats is one Event with a count), said by the leader (``controllers.events``).
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from raygate.policy.budgets import LABEL_MANAGED_BY, MANAGED_BY, Budget, desired_budgets
 from raygate.policy.model import RayClusterView
 from raygate.process.logs import about
 from raygate.server.cache.cluster import ClusterCache
-from raygate.server.cache.snapshot import Snapshot
+from raygate.server.cache.snapshot import Changes, Snapshot
 from raygate.server.controllers.events import (
     RAYCLUSTER_API_VERSION,
     EventRecorder,
     Reason,
     Regarding,
 )
+from raygate.server.controllers.reconcile import Reconciler, Result, Retries
+from raygate.server.kube.transport import BackoffPolicy
 from raygate.server.metrics.registry import Metrics
 
 __all__ = ["BudgetApi", "FloorBudgets", "manifest"]
@@ -104,30 +104,20 @@ def manifest(budget: Budget) -> dict[str, Any]:
     }
 
 
-@dataclass(slots=True)
-class _Failure:
-    attempts: int
-    retry_at: float
-    logged: str
-    """What was logged last (the desired budgets and the error): logged again on change."""
+_LIST: ClusterKey = ("", "")
+"""The key of the startup list's failure record (``_listing``)."""
 
 
-_SEED: ClusterKey = ("", "")
-"""The failure record of the startup list, beside those of the clusters."""
-
-
-class FloorBudgets:
+class FloorBudgets(Reconciler[ClusterKey]):
     def __init__(self, cache: ClusterCache, api: BudgetApi, metrics: Metrics,
                  clock: Callable[[], float], *, delay_seconds: float = 0.2,
                  backoff_initial: float = 1.0, backoff_maximum: float = 300.0,
                  resync_seconds: float = 600.0, events: EventRecorder | None = None) -> None:
-        self.cache = cache
+        backoff = BackoffPolicy(initial=backoff_initial, maximum=backoff_maximum, jitter=0.0)
+        super().__init__(cache, clock, log, backoff, name="raygate-budgets",
+                         doing="checking the disruption budgets",
+                         delay_seconds=delay_seconds, after_bug_seconds=backoff_maximum)
         self.api = api
-        self.clock = clock
-        self.delay_seconds = delay_seconds
-        """How long a publish waits before the check: a burst of publishes makes one."""
-        self.backoff_initial = backoff_initial
-        self.backoff_maximum = backoff_maximum
         self.resync_seconds = resync_seconds
         self.events = events
         # Lock-free cells (metrics.registry): this thread is the only one that writes them.
@@ -136,49 +126,15 @@ class FloorBudgets:
         self._memo: dict[ClusterKey, dict[str, Budget | None]] | None = None
         """Per cluster, the budgets raygate knows are there: what it applied, or None for
         one listed (content unknown: applied again). None: not listed yet."""
-        self._failures: dict[ClusterKey, _Failure] = {}
-        self._checked: Snapshot | None = None
+        self._listing: Retries[ClusterKey] = Retries(backoff)
         self._resync_at = 0.0
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._remove_listener: Callable[[], None] | None = None
 
-    # --- lifecycle ----------------------------------------------------------------------
-    def start(self) -> None:
-        """Follow the cache's publishes in a thread of its own."""
-        self._remove_listener = self.cache.add_listener(lambda _: self._wake.set())
-        self._wake.set()  # everything once at start
-        self._thread = threading.Thread(target=self._run, name="raygate-budgets",
-                                        daemon=True)
-        self._thread.start()
+    def look_again(self) -> None:
+        """Every cluster, and the budgets listed anew (a resync)."""
+        super().look_again()
+        self._memo = None
 
-    def close(self) -> None:
-        if self._remove_listener is not None:
-            self._remove_listener()
-            self._remove_listener = None
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            # A write in flight ends within the API request timeout; not waited for.
-            self._thread.join(timeout=1.0)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self._idle_seconds())
-            if self._stop.is_set():
-                return
-            if self._wake.is_set():
-                self._stop.wait(self.delay_seconds)  # let a burst of publishes finish
-                self._wake.clear()
-            try:
-                self.check()
-            except Exception:  # a bug: say so, and keep the thread (and the budgets) going
-                log.exception("checking the disruption budgets failed")
-                self._stop.wait(self.backoff_maximum)
-
-    def _idle_seconds(self) -> float | None:
+    def idle_seconds(self) -> float | None:
         """Until the next retry or resync is due; None: until woken (the cache is not
         loaded yet, its first publish wakes the thread)."""
         if not self.cache.ready:
@@ -188,75 +144,56 @@ class FloorBudgets:
             # Nothing is written before the list: only its own retry can be due (another
             # cluster's due retry would wake the thread to a check that lists nothing, at
             # once and again, for as long as the list keeps failing).
-            seed = self._failures.get(_SEED)
-            return 0.0 if seed is None else max(seed.retry_at - now, 0.0)
-        due = min((f.retry_at for f in self._failures.values()), default=self._resync_at)
-        return max(min(due, self._resync_at) - now, 0.0)
+            listing = self._listing.next_due()
+            return 0.0 if listing is None else max(listing - now, 0.0)
+        retry = self.retries.next_due()
+        due = self._resync_at if retry is None else min(retry, self._resync_at)
+        return max(due - now, 0.0)
 
     # --- the check ----------------------------------------------------------------------
-    def check(self) -> None:
-        """Bring the budgets of every RayCluster that changed since the last check (and
-        of those whose retry is due) in line with the current snapshot."""
-        if not self.cache.ready:
-            # Until every kind is listed the snapshot is empty: a budget listed at start
-            # would look like a cluster's that is gone, and be forgotten (the list/watch
-            # source publishes nothing before; its first publish wakes the thread).
-            return
-        now = self.clock()
+    def prepare(self, now: float) -> bool:
+        """A resync when due; the list of the budgets raygate wrote, once per resync."""
         if now >= self._resync_at:
-            self._memo, self._checked = None, None
+            self.look_again()
             self._resync_at = now + self.resync_seconds
-        if self._memo is None and not self._seed(now):
-            return
+        return self._memo is not None or self._seed(now)
+
+    def keys(self, snap: Snapshot, changes: Changes | None) -> set[ClusterKey]:
         memo = self._memo
         assert memo is not None
-        snap = self.cache.snapshot
-        changes = None if self._checked is None else self.cache.changes_between(
-            self._checked, snap)
-        self._checked = snap
         if changes is None:
-            keys = {(c.namespace, c.name) for c in snap.rayclusters()} | memo.keys()
-        else:
-            keys = {key for key in changes.clusters if key in memo
-                    or snap.raycluster(*key) is not None}
-        keys |= {key for key, f in self._failures.items() if f.retry_at <= now}
-        keys.discard(_SEED)
-        for key in sorted(keys):
-            failure = self._failures.get(key)
-            if failure is not None and failure.retry_at > now:
-                continue  # its retry comes; a change meanwhile waits for it
-            self._reconcile(key, snap, now)
+            return {(c.namespace, c.name) for c in snap.rayclusters()} | memo.keys()
+        return {key for key in changes.clusters
+                if key in memo or snap.raycluster(*key) is not None}
 
     def _seed(self, now: float) -> bool:
-        failure = self._failures.get(_SEED)
-        if failure is not None and failure.retry_at > now:
+        if self._listing.waiting(_LIST, now):
             return False
+        subject = "listing raygate's disruption budgets"
         try:
             listed = self.api.list_budgets(SELECTOR)
         except Exception as exc:
-            self._failed(_SEED, "list", exc, now, "listing raygate's disruption budgets")
+            self._written["failed"].inc()
+            self.failed(self._listing, _LIST, subject, exc, now)
             return False
-        self._succeeded(_SEED, "listing raygate's disruption budgets")
+        self.succeeded(self._listing, _LIST, subject)
         memo: dict[ClusterKey, dict[str, Budget | None]] = {}
         for namespace, name, cluster in listed:
             memo.setdefault((namespace, cluster), {})[name] = None
         self._memo = memo
         return True
 
-    def _reconcile(self, key: ClusterKey, snap: Snapshot, now: float) -> None:
+    def reconcile(self, key: ClusterKey, snap: Snapshot, now: float) -> Result:
         assert self._memo is not None
         view = snap.raycluster(*key)
         if view is None:
             # Deleted: its budgets go with it (ownerReferences, the garbage collector).
             self._memo.pop(key, None)
-            self._failures.pop(key, None)
-            return
+            return Result.GONE
         if not view.uid:
-            return  # no owner to give a budget, and no reason to take one away
+            return Result.DONE  # no owner to give a budget, and no reason to take one away
         desired = {b.name: b for b in desired_budgets(view)}
         memo = self._memo.setdefault(key, {})
-        what = ", ".join(f"{b.name} minAvailable {b.min_available}"
-                         for b in desired.values()) or "none"
         try:
             for name, budget in desired.items():
                 if memo.get(name) != budget:
@@ -273,38 +210,25 @@ class FloorBudgets:
                 del memo[name]
                 self._written["deleted"].inc()
         except Exception as exc:
-            self._tell(view, Reason.FLOOR_BUDGET_FAILED,
-                       f"Writing its floor's PodDisruptionBudgets ({what}) failed: {exc}")
-            self._failed(key, what, exc, now, f"writing the disruption budgets of RayCluster "
-                         f"{key[0]}/{key[1]} ({what})")
-            return
-        self._succeeded(key, f"writing the disruption budgets of RayCluster {key[0]}/{key[1]} "
-                        f"({what})")
+            self._written["failed"].inc()
+            self._tell(view, Reason.FLOOR_BUDGET_FAILED, f"Writing its floor's "
+                       f"PodDisruptionBudgets ({_listed(desired.values())}) failed: {exc}")
+            raise
+        return Result.DONE
 
-    def _failed(self, key: ClusterKey, state: str, exc: Exception, now: float,
-                subject: str) -> None:
-        self._written["failed"].inc()
-        failure = self._failures.get(key)
-        attempts = 1 if failure is None else failure.attempts + 1
-        delay = min(self.backoff_initial * 2.0 ** min(attempts - 1, 64), self.backoff_maximum)
-        logged = f"{state}: {exc}"
-        if failure is None or failure.logged != logged:
-            log.warning("%s failed: %s; trying again in %gs, then less often",
-                        subject, exc, delay, extra=self._fields(key))
-        else:
-            log.debug("%s failed again: %s; next try in %gs", subject, exc, delay,
-                      extra=self._fields(key))
-        self._failures[key] = _Failure(attempts, now + delay, logged)
+    def subject(self, key: ClusterKey, snap: Snapshot) -> str:
+        view = snap.raycluster(*key)
+        what = _listed(() if view is None else desired_budgets(view))
+        return f"writing the disruption budgets of RayCluster {key[0]}/{key[1]} ({what})"
 
-    def _succeeded(self, key: ClusterKey, subject: str) -> None:
-        if self._failures.pop(key, None) is not None:
-            log.info("%s: done now", subject, extra=self._fields(key))
+    def fields(self, key: ClusterKey) -> dict[str, str]:
+        return about(namespace=key[0], raycluster=key[1])
 
     def _tell(self, cluster: RayClusterView, reason: Reason, note: str,
               budget: Regarding | None = None) -> None:
         if self.events is not None:
             self.events.record(Regarding.of_raycluster(cluster), reason, note, related=budget)
 
-    @staticmethod
-    def _fields(key: ClusterKey) -> dict[str, str]:
-        return about(namespace=key[0], raycluster=key[1])
+
+def _listed(budgets: Iterable[Budget]) -> str:
+    return ", ".join(f"{b.name} minAvailable {b.min_available}" for b in budgets) or "none"

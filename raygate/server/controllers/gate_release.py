@@ -39,10 +39,8 @@ how it was decided, and a burst costs no Event.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
@@ -63,7 +61,9 @@ from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.admitted_pods import AdmittedPods
 from raygate.server.controllers.events import EventRecorder, Reason, Regarding
-from raygate.server.kube.transport import ApiError
+from raygate.server.controllers.follow import OnLoop
+from raygate.server.controllers.reconcile import Retries
+from raygate.server.kube.transport import ApiError, BackoffPolicy
 from raygate.server.metrics.registry import Metrics
 
 __all__ = ["GateRelease", "PatchPod"]
@@ -75,7 +75,11 @@ PatchPod = Callable[[str, str, list[dict[str, object]]], None]
 
 _ClusterKey = tuple[str, str]
 FAIL_OPEN_AFTER = 3
-"""Failed releases of a pod after which it is released without a rule (fail open)."""
+"""Refused releases of a pod after which it is released without a rule (fail open): the
+API server's refusals of the patch itself (400, 422: invalid, or an admission plugin
+objects). One that cannot be reached, or answers 5xx, 429 or a 403 while a restarted one
+fills its authorization cache, is waited for, never a reason to drop the rule (a 403 that
+lasts would refuse a bare release as well)."""
 MAX_RETRY_SECONDS = 30.0
 REFUSALS = frozenset({400, 422})
 """The API server's answers that say the patch itself will not do."""
@@ -89,49 +93,32 @@ class _Claim:
     sent_at: float
 
 
-@dataclass(slots=True)
-class _Failures:
-    attempts: int = 0
-    """Failed releases: the backoff doubles with each."""
-    refusals: int = 0
-    """Of those, the API server's refusals of the patch itself (400, 422: invalid, or an
-    admission plugin objects): ``FAIL_OPEN_AFTER`` of them and the pod is released bare.
-    An API server that cannot be reached, or answers 5xx, 429 or a 403 while a restarted
-    one fills its authorization cache, is waited for, never a reason to drop the rule (a
-    403 that lasts would refuse a bare release as well)."""
-    retry_at: float = 0.0
-
-
-class GateRelease:
+class GateRelease(OnLoop):
     def __init__(self, cache: ClusterCache, clock: Callable[[], float], patch: PatchPod,
                  metrics: Metrics, *, leading: Callable[[], bool] = lambda: True,
                  wait_seconds: float = 10.0, retry_seconds: float = 1.0,
                  tick_seconds: float = 1.0, workers: int = 8,
                  admitted: AdmittedPods | None = None,
                  events: EventRecorder | None = None) -> None:
-        self.cache = cache
+        super().__init__(cache, at_start=True, workers=workers, name="raygate-native")
         self.clock = clock
         self.patch = patch
         self.metrics = metrics
         self.leading = leading
         self.wait_seconds = wait_seconds
-        self.retry_seconds = retry_seconds
         self.tick_seconds = tick_seconds
         self._claims: dict[str, _Claim] = {}
         """Released (or being released) pods the snapshot may still show gated."""
         self._seen: dict[str, float] = {}
         """When each gated pod was first seen (waits, backoffs, the gate's histogram)."""
-        self._failures: dict[str, _Failures] = {}
+        self._retries: Retries[str] = Retries(BackoffPolicy(
+            initial=retry_seconds, maximum=MAX_RETRY_SECONDS, jitter=0.0))
         """Pods whose release failed, and when to try again."""
         self._waiting: set[_ClusterKey] = set()
         """Clusters with gated pods not released yet: looked at on every tick."""
         self._held: dict[_ClusterKey, int] = {}
         """The pods each cluster's all-or-nothing scale-up holds now (a metric)."""
         metrics.watch_scale_ups(self.held)
-        self._checked: Snapshot | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._stop_following: Callable[[], None] | None = None
         self.admitted = AdmittedPods() if admitted is None else admitted
         """The pods the webhook decided at admission that the snapshot lacks yet."""
         self.events = events
@@ -139,42 +126,12 @@ class GateRelease:
         """Pods told ``Held``: told ``Released`` when they go."""
         self._holding: set[_ClusterKey] = set()
         """Clusters told ``ScaleUpHeld``: told ``ScaleUpReleased`` when it goes."""
-        self._patching = ThreadPoolExecutor(max_workers=workers,
-                                            thread_name_prefix="raygate-native")
-        self._closed = False
-
-    # --- lifecycle ----------------------------------------------------------------------
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Follow the cache's publishes on ``loop`` (the server's), and tick."""
-        self._loop = loop
-        self._stop_following = self.cache.follow_on(loop, self._wake, 0.0)
-        self._wake(0.0)
-
-    def close(self) -> None:
-        self._closed = True
-        if self._stop_following is not None:
-            self._stop_following()
-            self._stop_following = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._patching.shutdown(wait=False, cancel_futures=True)
-
-    def _wake(self, delay: float) -> None:
-        if self._loop is None or self._closed:
-            return
-        if self._timer is not None:
-            if delay >= self._timer.when() - self._loop.time():
-                return
-            self._timer.cancel()
-        self._timer = self._loop.call_later(delay, self.check)
 
     # --- the check ----------------------------------------------------------------------
     def check(self) -> int:
         """Release every gated pod that can be released now; returns how many patches
         were sent."""
-        self._timer = None
-        if self._closed or not self.cache.ready:
+        if not self.cache.ready:
             return 0
         snap = self.cache.snapshot
         if not self.leading():
@@ -183,14 +140,14 @@ class GateRelease:
             self._held.clear()
             self._told.clear()
             self._holding.clear()
-            self._checked = None  # a new term starts from a full look
-            self._wake(self.tick_seconds)
+            self.look_again()  # a new term starts from a full look
+            self.wake(self.tick_seconds)
             return 0
         now = self.clock()
         sent = sum(self._release_cluster(snap, key, now) for key in self._clusters(snap))
         self._forget_released(snap)
         if self._waiting or self._claims:
-            self._wake(self.tick_seconds)
+            self.wake(self.tick_seconds)
         return sent
 
     def held(self) -> dict[_ClusterKey, int]:
@@ -198,9 +155,7 @@ class GateRelease:
         return dict(self._held)
 
     def _clusters(self, snap: Snapshot) -> set[_ClusterKey]:
-        changes = (None if self._checked is None
-                   else self.cache.changes_between(self._checked, snap))
-        self._checked = snap
+        changes = self.changes(snap)
         keys = set(snap.pod_clusters()) if changes is None else set(changes.clusters)
         keys |= self._waiting
         self._waiting = set()
@@ -215,7 +170,7 @@ class GateRelease:
                 self._told.discard(uid)
         for uid in [u for u in self._seen if u not in self._claims and snap.pod(u) is None]:
             del self._seen[uid]
-            self._failures.pop(uid, None)
+            self._retries.forget(uid)
             self._told.discard(uid)
 
     def _release_cluster(self, snap: Snapshot, key: _ClusterKey, now: float) -> int:
@@ -230,9 +185,8 @@ class GateRelease:
         held = self._held_back(snap, key, now)
         sent = 0
         for pod in gated:
-            failures = self._failures.get(pod.uid)
             unseen = snap.raycluster(*key) is None
-            if (failures is not None and failures.retry_at > now) or pod.uid in held or (
+            if self._retries.waiting(pod.uid, now) or pod.uid in held or (
                     unseen and now - self._seen[pod.uid] < self.wait_seconds):
                 self._waiting.add(key)
                 self._tell_held(pod, unseen=unseen, holding=key in self._holding)
@@ -256,10 +210,9 @@ class GateRelease:
         uids = frozenset(p.uid for p in batch.pods)
         complete_at = (max(self._seen[uid] for uid in uids)
                        + snap.config.scale_up_settle_seconds)
-        retrying = any(self._failures[uid].retry_at > now for uid in uids
-                       if uid in self._failures)
+        retrying = any(self._retries.waiting(uid, now) for uid in uids)
         if now < complete_at:
-            self._wake(complete_at - now)
+            self.wake(complete_at - now)
         elif batch.release and not retrying:
             log.info("%s/%s: %s", *key, batch.reason,
                      extra=about(namespace=key[0], raycluster=key[1]))
@@ -273,12 +226,12 @@ class GateRelease:
         return uids
 
     def _release(self, snap: Snapshot, pod: PodView, now: float) -> None:
-        assert self._loop is not None
         verdict = release_role(pod, snap, {u: c.role for u, c in self._claims.items()},
                                self.admitted.held(pod.group_key, snap, now))
         decision = decide(pod, snap, snap.config, now, role=verdict)
         rule = native_rule(decision, snap.config)
-        refusals = self._failures.get(pod.uid, _Failures()).refusals
+        failure = self._retries.get(pod.uid)
+        refusals = 0 if failure is None else failure.refusals
         failed_open = refusals >= FAIL_OPEN_AFTER
         if failed_open:
             # The API server keeps refusing the patch (a shape raygate misread, an
@@ -293,25 +246,21 @@ class GateRelease:
         fields = about(namespace=pod.namespace, pod=pod.name, raycluster=pod.ray_cluster)
         log.info("%s: released as %s with %s (%s: %s)", pod.ref, verdict.role.value,
                  rule.value, decision.rule.value, decision.reason, extra=fields)
-        future = self._loop.run_in_executor(self._patching, self.patch, pod.namespace,
-                                            pod.name, ops)
-        future.add_done_callback(
-            partial(self._released, pod, rule=decision.rule.value, native=rule.value,
-                    first_seen=self._seen.get(pod.uid, now), failed_open=failed_open,
-                    told=pod.uid in self._told))
+        self.write(self.patch, pod.namespace, pod.name, ops, done=partial(
+            self._released, pod, rule=decision.rule.value, native=rule.value,
+            first_seen=self._seen.get(pod.uid, now), failed_open=failed_open,
+            told=pod.uid in self._told))
 
-    def _released(self, pod: PodView, done: asyncio.Future[None], *, rule: str,
+    def _released(self, pod: PodView, error: BaseException | None, *, rule: str,
                   native: str, first_seen: float, failed_open: bool, told: bool) -> None:
         """On the loop: count the patch's outcome; a failed one is tried again later."""
-        error = None if done.cancelled() else done.exception()
-        if done.cancelled():
-            return
         code = error.code if isinstance(error, ApiError) else 0
         result = ("released" if error is None else "conflict" if code in (409, 422)
                   else "gone" if code == 404 else "failed")
         self.metrics.placement_releases.labels(rule, native, result).inc()
         now = self.clock()
         if result == "released":
+            self._retries.forget(pod.uid)
             self._tell_released(pod, rule=rule, native=native, failed_open=failed_open,
                                 told=told)
             # From when it was first seen gated: the snapshot may already show it released.
@@ -320,13 +269,9 @@ class GateRelease:
         self._claims.pop(pod.uid, None)  # the snapshot will say who released it, if anyone
         # Conflicts and gone pods too, until the snapshot shows what happened: a pod still
         # gated then failed its ``test`` on something else (validation answers 422 too).
-        failures = self._failures.setdefault(pod.uid, _Failures())
-        failures.attempts += 1
-        failures.refusals += code in REFUSALS
-        delay = min(self.retry_seconds * 2 ** (failures.attempts - 1), MAX_RETRY_SECONDS)
-        failures.retry_at = now + delay
+        delay = self._retries.failed(pod.uid, now, refused=code in REFUSALS).delay
         self._waiting.add((pod.namespace, pod.ray_cluster))
-        self._wake(delay)
+        self.wake(delay)
         log.warning("%s: release from raygate's gate answered %s (looked at again in "
                     "%.0fs): %s", pod.ref, result, delay, error,
                     extra=about(namespace=pod.namespace, pod=pod.name))

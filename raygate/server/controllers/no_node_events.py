@@ -12,63 +12,37 @@ when what the node autoscaler says of it changes; the recorder folds what repeat
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from raygate.policy.admission import no_node_coming
 from raygate.server.cache.cluster import ClusterCache
-from raygate.server.cache.snapshot import Snapshot
 from raygate.server.controllers.events import EventRecorder, Reason, Regarding
+from raygate.server.controllers.follow import OnLoop
 
 __all__ = ["NoNodeComingEvents"]
 
 
-class NoNodeComingEvents:
+class NoNodeComingEvents(OnLoop):
     def __init__(self, cache: ClusterCache, clock: Callable[[], float],
                  events: EventRecorder, *, leading: Callable[[], bool] = lambda: True,
                  delay_seconds: float = 1.0) -> None:
-        self.cache = cache
+        super().__init__(cache, delay_seconds=delay_seconds)
         self.clock = clock
         self.events = events
         self.leading = leading
-        self.delay_seconds = delay_seconds
         self._told: dict[str, str] = {}
         """Pod UID -> what it was told (the node autoscaler's verdict)."""
-        self._checked: Snapshot | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._stop_following: Callable[[], None] | None = None
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._stop_following = self.cache.follow_on(loop, self._wake)
-
-    def close(self) -> None:
-        if self._stop_following is not None:
-            self._stop_following()
-            self._stop_following = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._loop = None
-
-    def _wake(self) -> None:
-        if self._loop is not None and self._timer is None:
-            self._timer = self._loop.call_later(self.delay_seconds, self.check)
 
     def check(self) -> int:
         """Tell the pods whose node autoscaler newly says no node comes; returns how many."""
-        self._timer = None
         if not self.cache.ready:
             return 0
         if not self.leading():
             self._told.clear()
-            self._checked = None  # a new term starts from a full look
+            self.look_again()  # a new term starts from a full look
             return 0
         snap = self.cache.snapshot
-        changes = (None if self._checked is None
-                   else self.cache.changes_between(self._checked, snap))
-        self._checked = snap
+        changes = self.changes(snap)
         keys = snap.pod_clusters() if changes is None else changes.clusters
         now = self.clock()
         told = 0

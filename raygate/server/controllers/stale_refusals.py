@@ -23,10 +23,8 @@ no lock. The patch is a blocking API call, made in a thread of its own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -35,7 +33,7 @@ from raygate.policy.placement import Decision, Rule, decide
 from raygate.process.logs import about
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.memo import Memo
-from raygate.server.cache.snapshot import Snapshot
+from raygate.server.controllers.follow import OnLoop
 from raygate.server.metrics.registry import Metrics
 
 __all__ = ["ANNOTATION", "Annotate", "StaleRefusals"]
@@ -57,25 +55,19 @@ class _Refused:
     clock_dependent: bool
 
 
-class StaleRefusals:
+class StaleRefusals(OnLoop):
     def __init__(self, cache: ClusterCache, clock: Callable[[], float], annotate: Annotate,
                  metrics: Metrics, *, limit: int = 4096, delay_seconds: float = 0.05,
                  clock_seconds: float = 1.0, ttl_seconds: float = 600.0) -> None:
-        self.cache = cache
+        super().__init__(cache, delay_seconds=delay_seconds, workers=2,
+                         name="raygate-requeue")
         self.clock = clock
         self.annotate = annotate
         self.metrics = metrics
-        self.delay_seconds = delay_seconds
-        """How long a publish waits before the check: a burst of publishes makes one."""
         self.clock_seconds = clock_seconds
         self.ttl_seconds = ttl_seconds
         self._refused: Memo[str, _Refused] = Memo(limit)
-        self._checked: Snapshot | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._remove_listener: Callable[[], None] | None = None
-        self._patching = ThreadPoolExecutor(max_workers=2, thread_name_prefix="raygate-requeue")
-        self._closed = False
+        self.changes(cache.snapshot)  # nothing refused yet: no change before now matters
 
     def __len__(self) -> int:
         return len(self._refused)
@@ -97,43 +89,17 @@ class StaleRefusals:
         self._refused.put(pod.uid, _Refused(pod, decision.rule, self.clock(),
                                             decision.clock_dependent))
         if decision.clock_dependent:
-            self._wake(self.clock_seconds)
+            self.wake(self.clock_seconds)
 
-    # --- lifecycle ----------------------------------------------------------------------
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Follow the cache's publishes on ``loop`` (the server's)."""
-        self._loop = loop
-        self._checked = self.cache.snapshot
-
-        self._remove_listener = self.cache.follow_on(loop, self._wake, self.delay_seconds)
-
-    def close(self) -> None:
-        self._closed = True  # a wake already queued on the loop finds it
-        if self._remove_listener is not None:
-            self._remove_listener()
-            self._remove_listener = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._patching.shutdown(wait=False, cancel_futures=True)
-
-    def _wake(self, delay: float) -> None:
-        if (self._loop is None or self._closed or self._timer is not None
-                or not self._refused):
-            return
-        self._timer = self._loop.call_later(delay, self.check)
+    def wanted(self) -> bool:
+        return bool(self._refused)
 
     # --- the check ----------------------------------------------------------------------
     def check(self) -> list[PodView]:
         """Decide every remembered pod whose RayCluster changed (or whose decision read the
         clock) again; patch those no longer refused. Returns them."""
-        self._timer = None
-        if self._closed:
-            return []
         snap = self.cache.snapshot
-        changes = None if self._checked is None else self.cache.changes_between(
-            self._checked, snap)
-        self._checked = snap
+        changes = self.changes(snap)
         now = self.clock()
         stale: list[PodView] = []
         for uid, entry in list(self._refused.items()):
@@ -157,11 +123,10 @@ class StaleRefusals:
             stale.append(pod)
             self._nudge(pod, entry.rule, decision, now)
         if any(e.clock_dependent for e in self._refused.values()):
-            self._wake(self.clock_seconds)
+            self.wake(self.clock_seconds)
         return stale
 
     def _nudge(self, pod: PodView, rule: Rule, decision: Decision, now: float) -> None:
-        assert self._loop is not None
         fields = about(namespace=pod.namespace, pod=pod.name, raycluster=pod.ray_cluster,
                        verb="scheduler/filter")
         log.info("%s: refused GPU nodes by %s, now %s (%s): asking kube-scheduler to try "
@@ -169,19 +134,17 @@ class StaleRefusals:
                  extra=fields)
         patched = self.metrics.requeue_nudges.labels(rule.value, "patched")
         failed = self.metrics.requeue_nudges.labels(rule.value, "failed")
-        future = self._loop.run_in_executor(
-            self._patching, self.annotate, pod.namespace, pod.name, pod.uid,
-            # To the microsecond: a second ask within a second must still change the pod
-            # (an unchanged pod makes no event).
-            {ANNOTATION: datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds")})
 
-        def done(finished: asyncio.Future[None]) -> None:  # on the loop
-            error = None if finished.cancelled() else finished.exception()
-            if error is None and not finished.cancelled():
+        def done(error: BaseException | None) -> None:  # on the loop
+            if error is None:
                 patched.inc()
                 return
             failed.inc()
             log.warning("%s: could not ask kube-scheduler to try it again: %s", pod.ref,
-                        error or "cancelled", extra=fields)
+                        error, extra=fields)
 
-        future.add_done_callback(done)
+        self.write(self.annotate, pod.namespace, pod.name, pod.uid,
+                   # To the microsecond: a second ask within a second must still change
+                   # the pod (an unchanged pod makes no event).
+                   {ANNOTATION: datetime.fromtimestamp(now, UTC).isoformat(
+                       timespec="microseconds")}, done=done)

@@ -131,7 +131,10 @@ def _nodes_from_list(
 
 class SchedulerExtender:
     def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, *,
+                 stale_refusals: StaleRefusals | None = None) -> None:
+        """``stale_refusals``: where filter notes the pods it refuses GPU nodes to, when
+        the server may ask kube-scheduler to try them again."""
         self.cache = cache
         self.clock = clock
         self.request_pods = RequestPods()
@@ -139,13 +142,8 @@ class SchedulerExtender:
         self.host_priorities = HostPriorities()
         self.host_priorities.follow(cache.snapshot)
         cache.add_listener(self.host_priorities.follow)
-        self.stale_refusals: StaleRefusals | None = None
-        """Where filter notes the pods it refuses GPU nodes to (set by the server when it
-        may ask kube-scheduler to try them again)."""
-        self.bind_metrics(metrics or Metrics())
-
-    def bind_metrics(self, metrics: Metrics) -> None:
-        """Count into ``metrics`` from now on (the server binds its own at startup)."""
+        self.stale_refusals = stale_refusals
+        metrics = metrics or Metrics()
         self._filter_metrics = metrics.verb("scheduler/filter")
         self._prioritize_metrics = metrics.verb("scheduler/prioritize")
         self._preempt_metrics = metrics.verb("scheduler/preempt")

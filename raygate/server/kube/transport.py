@@ -64,18 +64,25 @@ class BackoffPolicy:
     """Fraction: a delay ``d`` becomes ``d × (1 + jitter × U[0, 1))``, so that watchers
     of several kinds (and several raygate replicas) do not retry in step."""
 
+    def delay(self, failures: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after ``failures`` failures in a row (1: the first); stretched
+        by ``rng``'s draw (none: no jitter). The one backoff: the watches' (``Backoff``)
+        and the controllers' retries (``controllers.reconcile.Retries``)."""
+        delay = min(self.initial * self.factor ** min(failures - 1, 64), self.maximum)
+        return delay if rng is None else delay * (1.0 + self.jitter * rng.random())
+
 
 class Backoff:
+    """A watch's failures in a row, and the delay after each."""
+
     def __init__(self, policy: BackoffPolicy, rng: random.Random) -> None:
         self.policy = policy
         self.rng = rng
         self.failures = 0
 
     def next(self) -> float:
-        p = self.policy
-        delay = min(p.initial * p.factor ** min(self.failures, 64), p.maximum)
         self.failures += 1
-        return delay * (1.0 + p.jitter * self.rng.random())
+        return self.policy.delay(self.failures, self.rng)
 
     def reset(self) -> None:
         self.failures = 0

@@ -3,8 +3,8 @@ snapshot, versioned and watched. Its fronts read the same ``AdmissionService``: 
 (``http``: get, list, ETag, long-poll) and gRPC (``servicer``).
 
 ``AdmissionService`` keeps one ``Generation``: the statuses of every RayCluster for one
-snapshot. It is rebuilt when the cache publishes a new snapshot (the listener hops onto
-the server's event loop with ``call_soon_threadsafe``: the cache may publish from any
+snapshot. It is rebuilt when the cache publishes a new snapshot (it follows the cache on
+the server's event loop, ``controllers.follow.OnLoop``: the cache may publish from any
 thread) or when time alone changes a status (a pod turning ``Stuck``: a timer at the
 generation's ``next_change``) — in the background while anything waits for a change, else
 when someone next reads. A cluster the cache says is untouched since the last generation
@@ -39,6 +39,7 @@ from raygate.policy.model import RayClusterView
 from raygate.process.logs import about
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
+from raygate.server.controllers.follow import OnLoop
 from raygate.server.fronts.admission.state import Build, Entry, Generation, Key, Scope, untouched
 from raygate.server.fronts.admission.waiters import WAKE_BATCH, Signal
 
@@ -55,7 +56,7 @@ REBUILD_CHECK_EVERY = 16
 """Clusters derived between two looks at the clock."""
 
 
-class AdmissionService:
+class AdmissionService(OnLoop):
     """Admission statuses of the cache's current snapshot, memoised, versioned, watched.
 
     Everything but ``__init__`` runs on the server's event loop (``attach`` binds it).
@@ -64,41 +65,36 @@ class AdmissionService:
     def __init__(self, cache: ClusterCache, clock: Callable[[], float] = time.time, *,
                  wake_batch: int = WAKE_BATCH,
                  rebuild_slice_seconds: float = REBUILD_SLICE_SECONDS) -> None:
-        self.cache = cache
+        super().__init__(cache)
         self.clock = clock
         self.wake_batch = wake_batch
         self.rebuild_slice_seconds = rebuild_slice_seconds
         self._generation: Generation | None = None
         self._signals: dict[Scope, Signal] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._remove_listener: Callable[[], None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._build: Build | None = None
         self._rebuilding: asyncio.Task[None] | None = None
-        self.closed = False
 
     # --- lifecycle ----------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Follow the cache's publishes on ``loop`` (the server's)."""
-        self._loop = loop
-        self.closed = False
-
-        self._remove_listener = self.cache.follow_on(loop, self.refresh)
+        super().attach(loop)
         self.current()  # the first generation before the server answers anything
 
     def close(self) -> None:
         """Stop following the cache; end every long-poll and Watch now (shutdown)."""
-        self.closed = True
-        if self._remove_listener is not None:
-            self._remove_listener()
-            self._remove_listener = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        super().close()
         if self._rebuilding is not None:
             self._rebuilding.cancel()
         for signal in self._signals.values():
             signal.fire()
+
+    def check(self) -> None:
+        """After a publish, and when time alone changes a status: ``refresh``. A next
+        change still to come is asked for again (a publish's wake took its place)."""
+        self.refresh()
+        generation, now = self._generation, self.clock()
+        if generation is not None and (generation.next_change or 0.0) > now:
+            self._schedule(generation, now)
 
     # --- the statuses -------------------------------------------------------------------
     def current(self) -> Generation:
@@ -125,13 +121,14 @@ class AdmissionService:
         With nobody waiting, nothing is built: the next reader (a GET, a scrape) builds what
         it needs, from what changed since. Under a stream of pod events this keeps the
         scheduler's requests from sharing the loop with statuses nobody asked for."""
-        if self._loop is None:
+        loop = self.loop
+        if loop is None:
             self.current()
             return
         if not any(signal.waiters for signal in self._signals.values()):
             return
         if self._rebuilding is None or self._rebuilding.done():
-            self._rebuilding = self._loop.create_task(self._rebuild_in_background())
+            self._rebuilding = loop.create_task(self._rebuild_in_background())
 
     async def _rebuild_in_background(self) -> None:
         while not self.closed:
@@ -242,13 +239,9 @@ class AdmissionService:
                          extra=about(namespace=namespace, raycluster=name, pod=was.name))
 
     def _schedule(self, generation: Generation, now: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._loop is None or self.closed or generation.next_change is None:
-            return
-        delay = min(max(generation.next_change - now, 0.0), 24 * 3600.0)
-        self._timer = self._loop.call_later(delay, self.refresh)
+        """A refresh at ``generation``'s next change, when time alone changes a status."""
+        if generation.next_change is not None:
+            self.wake(min(max(generation.next_change - now, 0.0), 24 * 3600.0))
 
     # --- waiting for changes ------------------------------------------------------------
     def waiting(self, scope: Scope) -> bool:
