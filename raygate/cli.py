@@ -19,6 +19,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from raygate.process.exits import run as run_command
+
 if TYPE_CHECKING:
     from raygate.server.cli import Subcommands
 
@@ -49,32 +51,23 @@ def _admission_parser(commands: Subcommands) -> None:
                                 "(default %(default)s)")
 
 
-def _missing(command: str, exc: ModuleNotFoundError) -> int:
-    """One line naming the extra that brings the missing module; 2, as for a usage error."""
-    module = (exc.name or "").partition(".")[0]
-    extra = EXTRA_OF.get(module)
-    if extra is None:
-        raise exc  # not a module an extra brings: a broken install or a bug, shown whole
-    print(f"raygate {command}: needs raygate's {extra} extra ({module} is not installed): "
-          f"pip install 'raygate[{extra}]'", file=sys.stderr)
-    return 2
+def _run(argv: list[str]) -> int:
+    from raygate.server import cli as server
+
+    args = server.build_parser(_admission_parser).parse_args(argv)
+    if args.command == "admission":
+        from raygate.client.cli import run
+
+        return run(args.admission, args.server, args)
+    return server.run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from raygate.server import cli as server
-
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        # Parsing too may need the extra: check's --max-size is read by the check module.
-        args = server.build_parser(_admission_parser).parse_args(argv)
-        if args.command == "admission":
-            from raygate.client.cli import run
-
-            return run(args.admission, args.server, args)
-        return server.run(args)
-    except ModuleNotFoundError as exc:
-        command = next((a for a in argv if not a.startswith("-")), "")
-        return _missing(command, exc)
+    command = next((a for a in argv if not a.startswith("-")), "")
+    # Parsing too may need the extra: check's --max-size is read by the check module. A
+    # missing module an extra brings is said with the extra to install.
+    return run_command(lambda: _run(argv), name=command, extras=EXTRA_OF)
 
 
 if __name__ == "__main__":  # pragma: no cover

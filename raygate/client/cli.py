@@ -10,7 +10,7 @@ import sys
 import msgspec
 
 from raygate.client import connect
-from raygate.contract.errors import RaygateError
+from raygate.process.exits import run as run_command
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -26,28 +26,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(parser: argparse.ArgumentParser, url: str, options: argparse.Namespace) -> int:
-    """Ask raygate at ``url`` what ``options`` (``add_arguments``'s) say; 1 when raygate
-    answers an error or cannot be reached."""
+    """Ask raygate at ``url`` what ``options`` (``add_arguments``'s) say; raises the
+    ``RaygateError`` raygate answers, or the ``Unavailable`` of a raygate not reached."""
     if len(options.args) > 2 or (options.verb == "get" and len(options.args) != 2):
         parser.error("get takes NAMESPACE NAME; list and watch take [NAMESPACE [NAME]]")
     namespace, name = [*options.args, None, None][:2]
     encode = msgspec.json.encode
-    try:
-        with connect(url) as client:
-            if options.verb == "get":
-                sys.stdout.buffer.write(encode(client.get(str(namespace), str(name))) + b"\n")
-            elif options.verb == "list":
-                sys.stdout.buffer.write(encode(client.list(namespace)) + b"\n")
-            else:
-                with client.watch(namespace, name) as events:
-                    for event in events:
-                        sys.stdout.buffer.write(encode(event) + b"\n")
-                        sys.stdout.flush()
-    except RaygateError as exc:
-        print(f"raygate: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+    with connect(url) as client:
+        if options.verb == "get":
+            sys.stdout.buffer.write(encode(client.get(str(namespace), str(name))) + b"\n")
+        elif options.verb == "list":
+            sys.stdout.buffer.write(encode(client.list(namespace)) + b"\n")
+        else:
+            with client.watch(namespace, name) as events:
+                for event in events:
+                    sys.stdout.buffer.write(encode(event) + b"\n")
+                    sys.stdout.flush()
     return 0
 
 
@@ -58,4 +52,4 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("url", help="http://HOST:PORT or grpc://HOST:PORT")
     add_arguments(parser)
     options = parser.parse_args(argv)
-    return run(parser, options.url, options)
+    return run_command(lambda: run(parser, options.url, options))

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-__all__ = ["ConfigError", "GpuNodesForSurplus", "NodeAutoscaler", "PolicyConfig",
-           "policy_config_from_mapping"]
+from raygate.contract.command import ConfigError
+
+__all__ = ["GpuNodesForSurplus", "NodeAutoscaler", "PolicyConfig", "policy_config_from_mapping"]
 
 DEFAULT_GPU_RESOURCES = (
     "nvidia.com/gpu",
@@ -42,14 +43,6 @@ class NodeAutoscaler(Enum):
     AUTO = "auto"  # yes where Karpenter's NodeClaims are served
     PRESENT = "present"  # yes: Cluster Autoscaler, say, which serves no API to see
     ABSENT = "absent"
-
-
-class ConfigError(ValueError):
-    """Invalid settings; ``problems`` lists each as ``"path: what is wrong"``."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,16 @@ relies on private Ray interfaces (README, "Stop the autoscaler fighting the sche
 
 from __future__ import annotations
 
-__all__ = ["TESTED_RAY_VERSIONS"]
+from raygate.contract.command import CommandError
+
+__all__ = ["TESTED_RAY_VERSIONS", "RayUnusable"]
 
 TESTED_RAY_VERSIONS = ("2.60.0",)
 """The Ray versions ``provider`` is tested with (``make test-ray``); the ``ray`` extra
 pins them."""
+
+
+class RayUnusable(CommandError, ImportError):
+    """``provider`` cannot be imported: Ray is missing, or not a version it is tested
+    with. An ``ImportError`` to whoever imports it; ``raygate-autoscaler`` says it in a
+    line and exits 2."""

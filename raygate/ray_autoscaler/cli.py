@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from raygate.policy.config import ConfigError
+from raygate.process.exits import run as run_command
 from raygate.process.version import describe
 from raygate.ray_autoscaler.settings import (
     ENV_CA_FILE,
@@ -66,22 +66,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    problems = [f"--{flag}: required (or ${env})" for flag, env, value in (
+    return run_command(lambda: _run(args), "raygate-autoscaler")
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the autoscaler, or refuse to start before it: ``ConfigError`` with every
+    problem at once, ``RayUnusable``."""
+    missing = [f"--{flag}: required (or ${env})" for flag, env, value in (
         ("cluster-name", "RAY_CLUSTER_NAME", args.cluster_name),
         ("cluster-namespace", "RAY_CLUSTER_NAMESPACE", args.cluster_namespace)) if not value]
-    try:
-        settings = AutoscalerSettings.from_env(os.environ)
-    except ConfigError as exc:
-        problems += exc.problems
-    if problems:
-        print("raygate-autoscaler: refusing to start:\n  " + "\n  ".join(problems),
-              file=sys.stderr)
-        return 2
-    try:
-        from raygate.ray_autoscaler.provider import install
-    except ImportError as exc:
-        print(f"raygate-autoscaler: {exc}", file=sys.stderr)
-        return 2
+    settings = AutoscalerSettings.from_env(os.environ, also=missing)
+    # The provider first: it raises RayUnusable where Ray is missing or untested, before
+    # Ray's own imports would fail with a traceback.
+    from raygate.ray_autoscaler.provider import install
+
+    # isort: split
     from ray.autoscaler._private.kuberay.run_autoscaler import run_kuberay_autoscaler
 
     from raygate.ray_autoscaler.advice import Advisor

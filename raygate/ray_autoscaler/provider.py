@@ -38,16 +38,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from raygate.ray_autoscaler import TESTED_RAY_VERSIONS
+from raygate.ray_autoscaler import TESTED_RAY_VERSIONS, RayUnusable
 
 try:
     import ray
 except ImportError as exc:  # pragma: no cover - the module is only imported with Ray
-    raise ImportError("raygate.ray_autoscaler.provider needs Ray: "
+    raise RayUnusable("raygate.ray_autoscaler.provider needs Ray: "
                       "pip install 'raygate[ray]'") from exc
 
 if ray.__version__ not in TESTED_RAY_VERSIONS:
-    raise ImportError(
+    raise RayUnusable(
         f"raygate's autoscaler integration is tested with Ray "
         f"{', '.join(TESTED_RAY_VERSIONS)} and relies on its private interfaces; this is "
         f"Ray {ray.__version__}. Install a tested version (pip install 'raygate[ray]'), or "

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
 from raygate.client import SERVICE_ACCOUNT_TOKEN, TlsSettings
-from raygate.policy.config import ConfigError
+from raygate.contract.command import ConfigError
 
 __all__ = [
     "ENV_CA_FILE",
@@ -67,11 +67,13 @@ class AutoscalerSettings:
         return urlsplit(self.url).scheme
 
     @staticmethod
-    def from_env(env: Mapping[str, str] | None = None) -> AutoscalerSettings:
+    def from_env(env: Mapping[str, str] | None = None, *,
+                 also: Sequence[str] = ()) -> AutoscalerSettings:
         """The settings in ``env`` (default: the process environment); ``ConfigError``
-        names every variable that is wrong."""
+        names every variable that is wrong, after ``also``'s problems (the command
+        line's), so that the entrypoint's one refusal says them all."""
         env = os.environ if env is None else env
-        problems: list[str] = []
+        problems: list[str] = [*also]
         url = env.get(ENV_URL, "").strip()
         parts = urlsplit(url)
         problems += _url_problems(url, parts)
@@ -89,7 +91,7 @@ class AutoscalerSettings:
         else:
             token = SERVICE_ACCOUNT_TOKEN if os.path.exists(SERVICE_ACCOUNT_TOKEN) else None
         if problems:
-            raise ConfigError(problems)
+            raise ConfigError(problems, "refusing to start")
         return AutoscalerSettings(url, timeout, interval, tls, token)
 
 

@@ -4,8 +4,8 @@ The composition root, the one place that decides what runs: where the cluster st
 from (the demo, snapshot files, or a cluster followed by list/watch), who may read the
 status APIs, which services and routes there are (``build_server``), which sockets are
 listened on, and what runs beside the server (the watch threads, the policy reload).
-A refusal at start is a ``StartupError``: one line on stderr and exit code 2, before
-anything is served.
+A refusal at start is a ``CommandError`` (a ``StartupError``, or the settings', files'
+or cluster's own): one line on stderr and exit code 2, before anything is served.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
-from raygate.policy.config import ConfigError
+from raygate.contract.command import CommandError
 from raygate.process import logs
 from raygate.process.version import describe
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.keys import ClusterObjects
-from raygate.server.cache.snapshot_files import SnapshotError, demo_text, load_files, load_text
+from raygate.server.cache.snapshot_files import demo_text, load_files, load_text
 from raygate.server.config.load import Loaded, authz_enabled
 from raygate.server.config.reload import PolicyReloader
 from raygate.server.config.settings import ServeSettings, parse_addr
@@ -53,7 +53,6 @@ from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
 from raygate.server.fronts.webhook import RayPodWebhook
 from raygate.server.http.routes import AsyncRoute, Gate, Route
 from raygate.server.kube.client import (
-    ClusterConfigError,
     Connection,
     KubeTransport,
     NoClusterConfig,
@@ -62,7 +61,7 @@ from raygate.server.kube.client import (
 from raygate.server.kube.leader import Leadership, LeaseTiming
 from raygate.server.kube.lease import identity, lease_elector, lease_namespace
 from raygate.server.kube.source import LiveSource
-from raygate.server.listeners import ListenError, WebhookListener, bind_socket
+from raygate.server.listeners import WebhookListener, bind_socket
 from raygate.server.metrics.registry import Metrics, metrics_routes
 from raygate.server.server import CERT_POLL_SECONDS, GrpcService, RaygateServer, Services
 from raygate.server.tls import CertReloader, TlsFiles
@@ -74,7 +73,7 @@ __all__ = ["NO_CLUSTER", "AccessGuard", "StartupError", "build_server", "check_s
 
 log = logging.getLogger("raygate")
 
-NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Give it one of:
+NO_CLUSTER = """no cluster to follow and no cluster state to serve. Give it one of:
   in-cluster config   run raygate in a pod (KUBERNETES_SERVICE_HOST, its service account)
   --kubeconfig FILE   a kubeconfig (and --context NAME to choose a context)
   $KUBECONFIG         a kubeconfig, else ~/.kube/config
@@ -82,8 +81,8 @@ NO_CLUSTER = """raygate: no cluster to follow and no cluster state to serve. Giv
   --demo              the demo cluster shipped with raygate"""
 
 
-class StartupError(Exception):
-    """raygate cannot start as configured; the message is what stderr gets."""
+class StartupError(CommandError):
+    """raygate cannot start as configured; the message says why."""
 
 
 class AccessGuard(Protocol):
@@ -115,8 +114,6 @@ def source_of(settings: ServeSettings) -> Source:
         connection = load_connection(settings.kubeconfig or None, settings.context or None)
     except NoClusterConfig:
         raise StartupError(NO_CLUSTER) from None
-    except (SnapshotError, ClusterConfigError) as exc:
-        raise StartupError(f"raygate: {exc}") from None
     return Source(f"cluster {connection.description}", connection=connection)
 
 
@@ -125,7 +122,7 @@ def authorizer_for(settings: ServeSettings, connection: Connection | None) -> Au
     if not authz_enabled(settings, os.environ):
         return None
     if connection is None:  # load_settings refuses `authz: on` with --demo/--snapshot
-        raise StartupError("raygate: --authz: on needs a cluster to ask")
+        raise StartupError("--authz: on needs a cluster to ask")
     # Imported here: only a process that checks callers needs it.
     from raygate.server.authz.authorizer import Authorizer
 
@@ -137,7 +134,7 @@ def _listen(addr: str, flag: str) -> socket.socket:
     try:
         return bind_socket(*parse_addr(addr, flag))
     except OSError as exc:
-        raise StartupError(f"raygate: cannot listen on {addr}: {exc.strerror}") from None
+        raise StartupError(f"cannot listen on {addr}: {exc.strerror}") from None
 
 
 def _cache(settings: ServeSettings, source: Source) -> ClusterCache:
@@ -163,19 +160,16 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
     if settings.webhook_addr:  # load_settings made sure TLS is there
         webhook = WebhookListener(_listen(settings.webhook_addr, "--webhook-addr"),
                                   settings.webhook_cert, settings.webhook_key)
-    try:
-        annotate = (transport.annotate_pod
-                    if transport is not None and settings.requeue == "on" else None)
-        budgets = (transport if transport is not None and settings.disruption_budgets == "on"
-                   else None)
-        # Whatever placement.native says, a pod raygate's gate holds is released by it.
-        server = build_server(cache, sock, settings.grpc_addr, settings=settings,
-                              webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
-                              budget_api=budgets, leadership=leadership,
-                              patch_pod=None if transport is None else transport.patch_pod,
-                              event_api=transport)
-    except ConfigError as exc:  # certificate files that cannot be used
-        raise StartupError(f"raygate: {exc}") from None
+    annotate = (transport.annotate_pod
+                if transport is not None and settings.requeue == "on" else None)
+    budgets = (transport if transport is not None and settings.disruption_budgets == "on"
+               else None)
+    # Whatever placement.native says, a pod raygate's gate holds is released by it.
+    server = build_server(cache, sock, settings.grpc_addr, settings=settings,
+                          webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
+                          budget_api=budgets, leadership=leadership,
+                          patch_pod=None if transport is None else transport.patch_pod,
+                          event_api=transport)
     if authorizer is not None:
         server.metrics.watch_authz(authorizer.counts)
     log.info("authz %s for the admission-status and explain APIs",
@@ -317,30 +311,23 @@ def _leadership(settings: ServeSettings, transport: KubeTransport | None) -> Lea
 def check_startup(settings: ServeSettings) -> Source:
     """Every refusal ``serve`` makes before it binds a port (``--print-config`` makes
     them too): the cluster state that cannot be loaded or followed, certificates that
-    cannot be used. Raises ``StartupError``."""
-    try:
-        parse_addr(settings.http_addr, "--http-addr")
-        source = source_of(settings)
-        # Loaded here only to be refused early; the servers load their own (and reload).
-        if settings.tls_cert or settings.tls_key or settings.client_ca:
-            CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca),
-                         "TLS")
-        if settings.webhook_addr:
-            CertReloader(TlsFiles(settings.webhook_cert, settings.webhook_key),
-                         "webhook TLS")
-    except ConfigError as exc:
-        raise StartupError(f"raygate: {exc}") from None
+    cannot be used. Raises a ``CommandError``."""
+    parse_addr(settings.http_addr, "--http-addr")
+    source = source_of(settings)
+    # Loaded here only to be refused early; the servers load their own (and reload).
+    if settings.tls_cert or settings.tls_key or settings.client_ca:
+        CertReloader(TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca), "TLS")
+    if settings.webhook_addr:
+        CertReloader(TlsFiles(settings.webhook_cert, settings.webhook_key), "webhook TLS")
     return source
 
 
 def serve(loaded: Loaded) -> None:
-    """Run raygate until it is told to stop; raises ``StartupError`` before serving."""
+    """Run raygate until it is told to stop; raises a ``CommandError`` before serving, or
+    a ``ListenError`` when a port is taken between the check and the bind."""
     settings = loaded.settings
     source = check_startup(settings)
-    try:
-        authorizer = authorizer_for(settings, source.connection)
-    except ConfigError as exc:
-        raise StartupError(f"raygate: {exc}") from None
+    authorizer = authorizer_for(settings, source.connection)
     # Once the settings hold: a refusal above is a line on stderr, not a log record.
     logs.configure(settings.log_level, settings.log_format)
     log.info("%s starting", describe())
@@ -366,10 +353,7 @@ def serve(loaded: Loaded) -> None:
             reloader = PolicyReloader(loaded.file, cache.set_policy).start()
             running.callback(reloader.stop)
             server.metrics.watch_config(reloader.counts)
-        try:
-            _run(server)
-        except ListenError as exc:  # the port was taken between the check and the bind
-            raise StartupError(f"raygate: {exc}") from None
+        _run(server)
 
 
 def _run(server: RaygateServer) -> None:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from raygate.policy.config import ConfigError
+from raygate.contract.command import CommandError
 from raygate.process.version import describe
 
 # Only what the parser needs, so that `raygate --version` and `--help` answer at once,
@@ -206,23 +206,13 @@ def _uninstall_parser(commands: Subcommands) -> None:
 
 
 def _uninstall(args: argparse.Namespace) -> int:
-    from raygate.server.kube.client import (
-        ClusterConfigError,
-        KubeTransport,
-        NoClusterConfig,
-        load_connection,
-    )
+    from raygate.server.kube.client import KubeTransport, load_connection
     from raygate.server.uninstall import Options, Uninstall
 
     stop = [tuple(s.split("/")) for s in args.stop]
     if any(len(s) != 2 or not all(s) for s in stop):
-        print("raygate: give --stop as NAMESPACE/DEPLOYMENT", file=sys.stderr)
-        return 2
-    try:
-        transport = KubeTransport(load_connection(args.kubeconfig, args.context))
-    except (NoClusterConfig, ClusterConfigError) as exc:
-        print(f"raygate: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError("give --stop as NAMESPACE/DEPLOYMENT")
+    transport = KubeTransport(load_connection(args.kubeconfig, args.context))
     options = Options(args.webhook_configuration, tuple((ns, n) for ns, n in stop),
                       args.stop_timeout, args.dry_run)
     try:
@@ -237,25 +227,17 @@ def _explain(args: argparse.Namespace) -> int:
     # offline, the cache and the snapshot loader need the server extra.
     import msgspec
 
-    from raygate.contract.errors import RaygateError
     from raygate.server.fronts.explain.client import fetch
     from raygate.server.fronts.explain.table import render_table
 
     namespace, _, name = args.pod.partition("/")
     if not namespace or not name:
-        print("raygate: give the pod as NAMESPACE/NAME", file=sys.stderr)
-        return 2
+        raise CommandError("give the pod as NAMESPACE/NAME")
     nodes = args.nodes.split(",") if args.nodes else None
-    try:
-        if args.snapshot or args.demo:
-            reply = _explain_offline(args, namespace, name, nodes)
-        else:
-            reply = fetch(args.server, namespace, name, nodes)
-    except (ConfigError, RaygateError) as exc:
-        print(f"raygate: {exc}", file=sys.stderr)
-        return 1 if isinstance(exc, RaygateError) else 2
-    if isinstance(reply, int):
-        return reply
+    if args.snapshot or args.demo:
+        reply = _explain_offline(args, namespace, name, nodes)
+    else:
+        reply = fetch(args.server, namespace, name, nodes)
     if args.output == "json":
         print(msgspec.json.encode(reply).decode())
     else:
@@ -264,27 +246,17 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _explain_offline(args: argparse.Namespace, namespace: str, name: str,
-                     nodes: list[str] | None) -> ExplainReply | int:
-    """The explanation from a snapshot file or the demo cluster, or the exit status of a
-    file raygate cannot load (said on stderr)."""
+                     nodes: list[str] | None) -> ExplainReply:
+    """The explanation from a snapshot file or the demo cluster."""
     from raygate.policy.config import PolicyConfig
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.cache.editor import build_snapshot
-    from raygate.server.cache.snapshot_files import (
-        SnapshotError,
-        demo_text,
-        load_files,
-        load_text,
-    )
+    from raygate.server.cache.snapshot_files import demo_text, load_files, load_text
     from raygate.server.config.file import load_config_file
     from raygate.server.fronts.explain.service import ExplainService
 
     policy = load_config_file(args.config) if args.config else PolicyConfig()
-    try:
-        objects = load_text(demo_text(), "demo") if args.demo else load_files(args.snapshot)
-    except SnapshotError as exc:
-        print(f"raygate: {exc}", file=sys.stderr)
-        return 2
+    objects = load_text(demo_text(), "demo") if args.demo else load_files(args.snapshot)
     cache = ClusterCache(policy, "offline")
     cache.publish(build_snapshot(objects, policy))
     return ExplainService(cache).explain(namespace, name, nodes)
@@ -292,57 +264,44 @@ def _explain_offline(args: argparse.Namespace, namespace: str, name: str,
 
 def _check(args: argparse.Namespace) -> int:
     from raygate.policy.config import PolicyConfig
-    from raygate.server.cache.snapshot_files import SnapshotError
     from raygate.server.check.run import live_inputs, run_check
     from raygate.server.config.file import load_config_file
-    from raygate.server.kube.client import ClusterConfigError, NoClusterConfig, load_connection
+    from raygate.server.kube.client import load_connection
 
     live_mode = bool(args.kubeconfig or args.context)
     if bool(args.files) == live_mode:
-        print("raygate: give manifest FILEs or --kubeconfig/--context for a live cluster, "
-              f"{'not both' if live_mode else 'one of them'}", file=sys.stderr)
-        return 2
-    try:
-        policy = load_config_file(args.config) if args.config else PolicyConfig()
-        live = None
-        if live_mode:
-            live = live_inputs(load_connection(args.kubeconfig, args.context),
-                               args.namespace, policy)
-        return run_check(args.files, args.output, args.strict, policy,
-                         kuberay=args.kuberay_version, live=live, max_bytes=args.max_size)
-    except (ConfigError, SnapshotError, NoClusterConfig, ClusterConfigError) as exc:
-        print(f"raygate: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError("give manifest FILEs or --kubeconfig/--context for a live "
+                           f"cluster, {'not both' if live_mode else 'one of them'}")
+    policy = load_config_file(args.config) if args.config else PolicyConfig()
+    live = None
+    if live_mode:
+        live = live_inputs(load_connection(args.kubeconfig, args.context), args.namespace,
+                           policy)
+    return run_check(args.files, args.output, args.strict, policy,
+                     kuberay=args.kuberay_version, live=live, max_bytes=args.max_size)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from raygate.server.app import StartupError, check_startup, serve
+    from raygate.server.app import check_startup, serve
     from raygate.server.config.load import load_settings
     from raygate.server.config.render import render_config
 
-    try:
-        loaded = load_settings(_flags(args), os.environ)
-    except ConfigError as exc:
-        print(f"raygate: {exc}", file=sys.stderr)
-        return 2
-    try:
-        if args.print_config:
-            print(render_config(loaded, os.environ), end="")
-            # Every refusal serve would make before it listens; no port is bound, so that
-            # it runs beside a raygate serving (kubectl exec).
-            check_startup(loaded.settings)
-            return 0
-        serve(loaded)
-    except StartupError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    loaded = load_settings(_flags(args), os.environ)
+    if args.print_config:
+        print(render_config(loaded, os.environ), end="")
+        # Every refusal serve would make before it listens; no port is bound, so that it
+        # runs beside a raygate serving (kubectl exec).
+        check_startup(loaded.settings)
+        return 0
+    serve(loaded)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the command ``_parser`` parsed. A dependency the command needs and the install
-    lacks raises ``ModuleNotFoundError``, which raygate.cli turns into the extra to
-    install."""
+    """Run the command ``_parser`` parsed. What it cannot use raises a ``CommandError``,
+    raygate's error reply a ``RaygateError``, a dependency the install lacks
+    ``ModuleNotFoundError``: ``raygate.process.exits.run`` says each (with the extra to
+    install, from raygate.cli)."""
     if args.command == "serve":
         return _serve(args)
     if args.command == "check":
@@ -355,7 +314,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(_parser().parse_args(argv))
+    args = _parser().parse_args(argv)
+    # Imported once parsed: --version and --help answer without the contract's libraries.
+    from raygate.process.exits import run as run_command
+
+    return run_command(lambda: run(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

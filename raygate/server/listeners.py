@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from raygate.contract.command import CommandError
 from raygate.server.config.settings import ServeSettings
 from raygate.server.http.app import HttpApp
 from raygate.server.http.deadlines import sweep
@@ -22,7 +23,7 @@ from raygate.server.metrics.registry import Metrics
 __all__ = ["HttpServer", "ListenError", "WebhookListener", "bind_socket", "http_config"]
 
 
-class ListenError(Exception):
+class ListenError(CommandError):
     """A listener cannot have its address; the message says which one and why."""
 
 

@@ -26,7 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raygate.policy.config import ConfigError
+from raygate.contract.command import ConfigError
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings
 from raygate.server.controllers.follow import Follower

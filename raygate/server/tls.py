@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 
-from raygate.policy.config import ConfigError
+from raygate.contract.command import ConfigError
 from raygate.server.files import Stamp, file_stamp
 
 __all__ = ["CertReloader", "TlsFiles"]

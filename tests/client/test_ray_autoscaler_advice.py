@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from raygate.client import TlsSettings
-from raygate.policy.config import ConfigError
+from raygate.contract.command import ConfigError
 from raygate.ray_autoscaler.advice import AdmissionClient, Advice, Advisor, client_for
 from raygate.ray_autoscaler.settings import AutoscalerSettings
 from testkit.builders import T0_EPOCH

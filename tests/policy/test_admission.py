@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raygate.contract.command import ConfigError
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 from raygate.policy.admission import (
     POD_ADVICE,
@@ -30,7 +31,7 @@ from raygate.policy.admission import (
     classify_verdict,
     derive_pod,
 )
-from raygate.policy.config import ConfigError, PolicyConfig, policy_config_from_mapping
+from raygate.policy.config import PolicyConfig, policy_config_from_mapping
 from raygate.policy.model import Condition, PodView
 from testkit.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster
 from tests import admission_scenarios as sc

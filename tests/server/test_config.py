@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
+from raygate.contract.command import ConfigError
 from raygate.policy.config import (
-    ConfigError,
     GpuNodesForSurplus,
     PolicyConfig,
     policy_config_from_mapping,

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from raygate.policy.config import ConfigError, GpuNodesForSurplus, PolicyConfig
+from raygate.contract.command import ConfigError
+from raygate.policy.config import GpuNodesForSurplus, PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.editor import build_snapshot
 from raygate.server.cache.snapshot import Snapshot

@@ -18,7 +18,8 @@ import trustme
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from raygate.policy.config import ConfigError, PolicyConfig
+from raygate.contract.command import ConfigError
+from raygate.policy.config import PolicyConfig
 from raygate.server.app import build_server
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.config.settings import ServeSettings

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import msgspec
 import yaml
 
+from raygate.contract.command import CommandError
 from raygate.server.cache import convert, devices, keys
 from raygate.server.cache.indexes import PRIMARY
 from raygate.server.cache.keys import ClusterObjects
@@ -79,7 +80,7 @@ _Loader.yaml_implicit_resolvers = {
 ManifestLoader = _Loader  # for other readers of manifests (raygate check)
 
 
-class SnapshotError(ValueError):
+class SnapshotError(CommandError, ValueError):
     """A snapshot file that cannot be used; the message says where and why."""
 
 

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import msgspec
 import yaml
 
+from raygate.contract.command import CommandError
 from raygate.policy.quantity import QuantityError, parse_milli
 from raygate.server.cache.snapshot_files import ManifestLoader
 from raygate.server.wire import DECODE_ERRORS
@@ -49,7 +50,7 @@ class _StrictLoader(ManifestLoader):
         return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
 
 
-class InputError(ValueError):
+class InputError(CommandError, ValueError):
     """A file that cannot be checked at all: the message names it and says why."""
 
 

@@ -27,6 +27,7 @@ from raygate.policy.lint.model import (
     object_ref,
 )
 from raygate.policy.lint.rules import lint
+from raygate.process.exits import line_for
 from raygate.server.cache import convert
 from raygate.server.cache.devices import (
     claim_template_view,
@@ -231,7 +232,7 @@ def check_files(paths: Sequence[str], config: PolicyConfig, *,
                         stdin=stdin or sys.stdin.buffer)
         except InputError as exc:
             report.unreadable.append(str(exc))
-            print(f"raygate: {exc}", file=errors or sys.stderr)
+            print(line_for(exc), file=errors or sys.stderr)
     report.findings += [_helm_chart(folder) for folder in charts]
     return report
 

@@ -9,11 +9,8 @@ from typing import Any
 
 import yaml
 
-from raygate.policy.config import (
-    ConfigError,
-    PolicyConfig,
-    policy_config_from_mapping,
-)
+from raygate.contract.command import ConfigError
+from raygate.policy.config import PolicyConfig, policy_config_from_mapping
 from raygate.server.config.settings import BY_KEY, InvalidValue, did_you_mean, problem, show
 from raygate.server.files import file_stamp, yaml_problem
 

@@ -8,10 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from raygate.policy.config import (
-    ConfigError,
-    policy_config_to_mapping,
-)
+from raygate.contract.command import ConfigError
+from raygate.policy.config import policy_config_to_mapping
 from raygate.server.config.file import ConfigFile, read_config_file
 from raygate.server.config.settings import (
     BY_NAME,

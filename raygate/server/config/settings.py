@@ -29,10 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raygate.policy.config import (
-    ConfigError,
-    PolicyConfig,
-)
+from raygate.contract.command import ConfigError
+from raygate.policy.config import PolicyConfig
 from raygate.process.logs import FORMATS as LOG_FORMATS
 from raygate.process.logs import LEVELS as LOG_LEVELS
 

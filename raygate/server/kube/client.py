@@ -30,6 +30,7 @@ from kubernetes.config.incluster_config import (
     InClusterConfigLoader,
 )
 
+from raygate.contract.command import CommandError
 from raygate.server.files import yaml_problem
 from raygate.server.kube.decode import (
     API_RESOURCES,
@@ -65,11 +66,11 @@ log = logging.getLogger("raygate.kube")
 DEFAULT_KUBECONFIG = "~/.kube/config"
 
 
-class NoClusterConfig(Exception):
+class NoClusterConfig(CommandError):
     """None of the ways to reach a cluster is there."""
 
 
-class ClusterConfigError(Exception):
+class ClusterConfigError(CommandError):
     """A way to reach a cluster is there but cannot be used; the message says why."""
 
 
