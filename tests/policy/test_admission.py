@@ -155,7 +155,8 @@ def test_exactly_the_pods_not_running_are_listed(scenario: str) -> None:
 
 
 def test_every_rule_is_reached_by_a_fixture() -> None:
-    reached = {e[3] for e in EXPECTED} | {"gang-not-enough-resources"}  # see test below
+    reached = {e[3] for e in EXPECTED}
+    reached |= {"gang-not-enough-resources"}  # tests/policy/test_admission_gang_sources.py
     reached |= {"scale-up-held"}  # tests/policy/test_scale_up.py
     assert reached == {r.name for r in POD_RULES}
 
