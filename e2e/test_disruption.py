@@ -79,7 +79,17 @@ def test_drain_stops_at_the_floor_and_budgets_follow_the_cluster(
                lambda: len(scenario.running("headgroup")) == 1
                and len(scenario.running("base")) == 4, timeout=90)
     scenario.step("head and 4 base workers running")
+    head, base = budgets_written(scenario)
+    drain_stops_at_the_floor(scenario, testbed, only)
+    budgets_follow_the_cluster(scenario, testbed, head, base)
+    report.add("disruption-1-drain", scenario.timeline(
+        "Disruption: kubectl drain against raygate's PodDisruptionBudgets (one node, a "
+        "floor of 2 of 4 workers)"))
 
+
+def budgets_written(scenario: Scenario) -> tuple[str, str]:
+    """raygate's budgets for ``work``'s head and ``base`` group, applied by raygate, owned
+    by the RayCluster and counted by the disruption controller: (head's name, base's)."""
     head, base = budget_name("work", "headgroup"), budget_name("work", "base")
     wait_until("raygate's budgets", lambda: min_available(scenario) == {head: 1, base: 2},
                timeout=60)
@@ -101,7 +111,12 @@ def test_drain_stops_at_the_floor_and_budgets_follow_the_cluster(
     scenario.step("budgets: head minAvailable 1, base minAvailable 2 (2 disruptions allowed)")
     written = wait_for_reason(scenario, "RayCluster", "work", "FloorBudgetWritten", count=2)
     assert {e["related"]["name"] for e in written} == {head, base}
+    return head, base
 
+
+def drain_stops_at_the_floor(scenario: Scenario, testbed: Testbed, only: str) -> None:
+    """``kubectl drain`` of the one node evicts the two surplus workers and stops there,
+    with the budget's refusal; the node is uncordoned after."""
     before = on_node(scenario, only)
     floor_ok = sorted(p["metadata"]["name"] for p in scenario.running("headgroup"))
     drained = testbed.kubectl("drain", "--ignore-daemonsets", "--delete-emptydir-data",
@@ -117,6 +132,11 @@ def test_drain_stops_at_the_floor_and_budgets_follow_the_cluster(
     scenario.step(f"evicted {', '.join(evicted)}; the head and 2 base workers stay")
     testbed.kubectl("uncordon", only)
 
+
+def budgets_follow_the_cluster(scenario: Scenario, testbed: Testbed, head: str,
+                               base: str) -> None:
+    """minReplicas raised raises minAvailable, 0 deletes the group's budget; the RayCluster
+    deleted, the garbage collector deletes the rest."""
     set_min(scenario, "work", "base", 3)
     wait_until("minAvailable 3", lambda: min_available(scenario) == {head: 1, base: 3},
                timeout=60)
@@ -130,9 +150,6 @@ def test_drain_stops_at_the_floor_and_budgets_follow_the_cluster(
     wait_until("the budgets deleted with the RayCluster", lambda: not budgets(scenario),
                timeout=90)
     scenario.step("RayCluster deleted: the garbage collector deleted the head's budget")
-    report.add("disruption-1-drain", scenario.timeline(
-        "Disruption: kubectl drain against raygate's PodDisruptionBudgets (one node, a "
-        "floor of 2 of 4 workers)"))
 
 
 @contextmanager

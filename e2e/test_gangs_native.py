@@ -31,19 +31,17 @@ import pytest
 from e2e import report
 from e2e.admission import RUNNING_OR_GONE, AdmissionRecorder
 from e2e.gangs import GangRecorder, events
-from e2e.objects import RAY_IMAGE, SCENARIO_LABEL, TOLERATE_GPU, Group, node, raycluster
+from e2e.native_gang_objects import GROUPS, QUICK, gang_job, kuberay_was_gang
+from e2e.objects import RAY_IMAGE, TOLERATE_GPU, Group, node, raycluster
 from e2e.scenario import Scenario, wait_until
 from e2e.test_preemption import priority_class
 from raygate.policy.budgets import budget_name
 from testbed.cluster import Testbed
-from testbed.native_gangs import API, stamp_pods
+from testbed.native_gangs import stamp_pods
 
 pytestmark = pytest.mark.e2e
 
-GROUPS = f"/apis/{API}"
 GANG_LABEL = "ray.io/gang-scheduling-enabled"
-QUICK = {"terminationGracePeriodSeconds": 1}
-"""Victims go within a second (kwok removes a deleted pod within its grace period)."""
 
 
 @pytest.fixture(autouse=True)
@@ -58,44 +56,6 @@ def podgroups(scenario: Scenario) -> Iterator[GangRecorder]:
                             scenario.started)
     yield recorder
     recorder.close()
-
-
-# --- what KubeRay 1.7 would create -------------------------------------------------------
-
-def owned_by(cluster: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"apiVersion": "ray.io/v1", "kind": "RayCluster",
-             "name": cluster["metadata"]["name"], "uid": cluster["metadata"]["uid"],
-             "controller": True, "blockOwnerDeletion": True}]
-
-
-def gang_policy(min_count: int) -> dict[str, Any]:
-    return {"gang": {"minCount": min_count}}
-
-
-def kuberay_was_gang(scenario: Scenario, name: str) -> int:
-    """The Workload ``name`` and PodGroup ``name-cluster`` KubeRay 1.7's kubernetes-was
-    makes for a fixed-size RayCluster labelled for it; returns ``minCount``."""
-    cluster = scenario.api.get(
-        f"/apis/ray.io/v1/namespaces/{scenario.namespace}/rayclusters/{name}")
-    spec = cluster["spec"]
-    min_count: int = 1 + sum(g["replicas"] * g.get("numOfHosts", 1)
-                        for g in spec["workerGroupSpecs"])
-    owners = owned_by(cluster)
-    scenario.api.create(f"{GROUPS}/namespaces/{scenario.namespace}/workloads", {
-        "apiVersion": API, "kind": "Workload",
-        "metadata": {"name": name, "namespace": scenario.namespace, "ownerReferences": owners},
-        "spec": {"controllerRef": {"apiGroup": "ray.io", "kind": "RayCluster", "name": name},
-                 "podGroupTemplates": [{"name": "cluster",
-                                        "schedulingPolicy": gang_policy(min_count)}]}})
-    scenario.api.create(f"{GROUPS}/namespaces/{scenario.namespace}/podgroups", {
-        "apiVersion": API, "kind": "PodGroup",
-        "metadata": {"name": f"{name}-cluster", "namespace": scenario.namespace,
-                     "ownerReferences": owners},
-        "spec": {"workloadRef": {"workloadName": name, "templateName": "cluster"},
-                 "schedulingPolicy": gang_policy(min_count)}})
-    scenario.step(f"created Workload {name} and PodGroup {name}-cluster "
-                  f"(gang, minCount {min_count}), owned by the RayCluster")
-    return min_count
 
 
 def initially_scheduled(podgroups: GangRecorder, name: str, status: str,
@@ -120,62 +80,9 @@ def test_native_gang_binds_all_or_nothing_with_raygates_placement(
     admission = AdmissionRecorder(testbed.raygate_grpc, reader_token, scenario.namespace,
                                   scenario.started)
     try:
-        body = raycluster("gang", scenario.namespace, name, [
-            Group("workers", 2, "4", min=2, max=2, pod_spec={"tolerations": [TOLERATE_GPU]})],
-            autoscaling=False)
-        body["metadata"]["labels"] = {GANG_LABEL: "true"}
-        scenario.create(body)
-        min_count = kuberay_was_gang(scenario, "gang")
-        assert min_count == 3
-
-        pods = wait_until("the 3 Ray pods, each naming the PodGroup", lambda: (
-            found if len(found := scenario.live_pods("ray.io/cluster=gang")) == 3 else None))
-        assert {(p["spec"].get("schedulingGroup") or {}).get("podGroupName")
-                for p in pods} == {"gang-cluster"}, "the stamp, as KubeRay 1.7 writes it"
-        refused = wait_until("kube-scheduler's verdict on the gang", lambda: initially_scheduled(
-            podgroups, "gang-cluster", "False"), timeout=60)
-        scenario.step(f"PodGroupInitiallyScheduled=False {refused[2]}: {refused[3]}")
-        # A member that fits waits for the gang; one that fits nowhere has its own verdict
-        # (Insufficient cpu), a wait for capacity. Neither is Stuck.
-        names = [p["metadata"]["name"] for p in pods]
-        waits = {"WaitingForGangAdmission", "WaitingForCapacity"}
-        said_before = wait_until("the admission API's word on each member", lambda: (
-            found if all(waits & set(found[n]) for n in names) and sum(
-                "WaitingForGangAdmission" in found[n] for n in names) >= 2 else None)
-            if (found := {n: admission.states(n) for n in names}) else None, timeout=30)
-        scenario.step("raygate says: " + "; ".join(
-            f"{n}: {' → '.join(states)}" for n, states in said_before.items()))
-        assert not [p for p in scenario.live_pods() if p["spec"].get("nodeName")], (
-            "no member bound while the gang does not fit")
-        status = admission.status("gang")
-        assert status is not None and not status.gang.admitted, status
-        assert status.gang.source is not None and (
-            status.gang.source.kind, status.gang.source.name) == (
-            "PodGroup.scheduling.k8s.io", "gang-cluster"), status.gang
-        waiting_reason = status.gang.reason
-
-        added = scenario.now()
-        scenario.add_node(node(f"{name}-cpu-b", name, cpu=8))
-        scenario.step(f"added {name}-cpu-b (8 CPU)")
-        wait_until("the whole gang running", lambda: len(
-            [p for p in scenario.live_pods("ray.io/cluster=gang")
-             if p["status"].get("phase") == "Running"]) == 3, timeout=60)
-        scenario.step("the whole gang running")
-        placed = wait_until("PodGroupInitiallyScheduled=True", lambda: initially_scheduled(
-            podgroups, "gang-cluster", "True"), timeout=30)
-        bound = [h for h in scenario.history() if h.group in ("headgroup", "workers")]
-        assert len(bound) == 3 and all(h.bound is not None and h.bound >= added
-                                       for h in bound), "all bound, none before the node came"
-        assert sorted(scenario.node_kind(p) for p in scenario.live_pods("ray.io/cluster=gang")
-                      ) == ["CPU", "CPU", "CPU"], "raygate's placement: head and floor on CPU"
-        for pod in pods:
-            admission.wait_for_state(pod["metadata"]["name"], RUNNING_OR_GONE, last=True)
-        said = {p["metadata"]["name"]: admission.states(p["metadata"]["name"]) for p in pods}
-        assert all("Stuck" not in states for states in said.values()), said
-        admitted = wait_until("raygate's gang admitted", lambda: (
-            s if (s := admission.status("gang")) is not None and s.gang.admitted else None),
-            timeout=30)
-        assert admitted.gang.phase == "Scheduled" and admitted.gang.min_member == 3, admitted.gang
+        pods = gang_created(scenario)
+        waiting_reason = gang_waits_whole(scenario, podgroups, admission, pods)
+        placed = gang_binds_whole_once_it_fits(scenario, podgroups, admission, pods)
     finally:
         admission.close()
     report.add("gangs-native-1-placement", scenario.timeline(
@@ -187,6 +94,84 @@ def test_native_gang_binds_all_or_nothing_with_raygates_placement(
         + "\nAdmission API (gRPC Watch) transitions:\n\n" + admission.table())
 
 
+def gang_created(scenario: Scenario) -> list[dict[str, Any]]:
+    """The RayCluster ``gang`` and what KubeRay 1.7 makes for it; returns its 3 pods, each
+    naming the PodGroup."""
+    body = raycluster("gang", scenario.namespace, scenario.name, [
+        Group("workers", 2, "4", min=2, max=2, pod_spec={"tolerations": [TOLERATE_GPU]})],
+        autoscaling=False)
+    body["metadata"]["labels"] = {GANG_LABEL: "true"}
+    scenario.create(body)
+    min_count = kuberay_was_gang(scenario, "gang")
+    assert min_count == 3
+    pods: list[dict[str, Any]] = wait_until("the 3 Ray pods, each naming the PodGroup", lambda: (
+        found if len(found := scenario.live_pods("ray.io/cluster=gang")) == 3 else None))
+    assert {(p["spec"].get("schedulingGroup") or {}).get("podGroupName")
+            for p in pods} == {"gang-cluster"}, "the stamp, as KubeRay 1.7 writes it"
+    return pods
+
+
+def gang_waits_whole(scenario: Scenario, podgroups: GangRecorder,
+                     admission: AdmissionRecorder, pods: list[dict[str, Any]]) -> str:
+    """kube-scheduler refuses the gang that does not fit, binds none of it, and raygate
+    says each member waits (for the gang, or for capacity), the PodGroup its gang's
+    source; returns raygate's reason for the gang's wait."""
+    refused = wait_until("kube-scheduler's verdict on the gang", lambda: initially_scheduled(
+        podgroups, "gang-cluster", "False"), timeout=60)
+    scenario.step(f"PodGroupInitiallyScheduled=False {refused[2]}: {refused[3]}")
+    # A member that fits waits for the gang; one that fits nowhere has its own verdict
+    # (Insufficient cpu), a wait for capacity. Neither is Stuck.
+    names = [p["metadata"]["name"] for p in pods]
+    waits = {"WaitingForGangAdmission", "WaitingForCapacity"}
+    said_before = wait_until("the admission API's word on each member", lambda: (
+        found if all(waits & set(found[n]) for n in names) and sum(
+            "WaitingForGangAdmission" in found[n] for n in names) >= 2 else None)
+        if (found := {n: admission.states(n) for n in names}) else None, timeout=30)
+    scenario.step("raygate says: " + "; ".join(
+        f"{n}: {' → '.join(states)}" for n, states in said_before.items()))
+    assert not [p for p in scenario.live_pods() if p["spec"].get("nodeName")], (
+        "no member bound while the gang does not fit")
+    status = admission.status("gang")
+    assert status is not None and not status.gang.admitted, status
+    assert status.gang.source is not None and (
+        status.gang.source.kind, status.gang.source.name) == (
+        "PodGroup.scheduling.k8s.io", "gang-cluster"), status.gang
+    reason: str = status.gang.reason
+    return reason
+
+
+def gang_binds_whole_once_it_fits(
+        scenario: Scenario, podgroups: GangRecorder, admission: AdmissionRecorder,
+        pods: list[dict[str, Any]]) -> tuple[str, str, str, str]:
+    """A second CPU node comes: the whole gang is bound (none before), head and floor on
+    CPU nodes, no member ever Stuck, and raygate's gang admitted; returns kube-scheduler's
+    PodGroupInitiallyScheduled=True condition."""
+    name = scenario.name
+    added = scenario.now()
+    scenario.add_node(node(f"{name}-cpu-b", name, cpu=8))
+    scenario.step(f"added {name}-cpu-b (8 CPU)")
+    wait_until("the whole gang running", lambda: len(
+        [p for p in scenario.live_pods("ray.io/cluster=gang")
+         if p["status"].get("phase") == "Running"]) == 3, timeout=60)
+    scenario.step("the whole gang running")
+    placed = wait_until("PodGroupInitiallyScheduled=True", lambda: initially_scheduled(
+        podgroups, "gang-cluster", "True"), timeout=30)
+    bound = [h for h in scenario.history() if h.group in ("headgroup", "workers")]
+    assert len(bound) == 3 and all(h.bound is not None and h.bound >= added
+                                   for h in bound), "all bound, none before the node came"
+    assert sorted(scenario.node_kind(p) for p in scenario.live_pods("ray.io/cluster=gang")
+                  ) == ["CPU", "CPU", "CPU"], "raygate's placement: head and floor on CPU"
+    for pod in pods:
+        admission.wait_for_state(pod["metadata"]["name"], RUNNING_OR_GONE, last=True)
+    said = {p["metadata"]["name"]: admission.states(p["metadata"]["name"]) for p in pods}
+    assert all("Stuck" not in states for states in said.values()), said
+    admitted = wait_until("raygate's gang admitted", lambda: (
+        s if (s := admission.status("gang")) is not None and s.gang.admitted else None),
+        timeout=30)
+    assert admitted.gang.phase == "Scheduled" and admitted.gang.min_member == 3, admitted.gang
+    return placed
+
+
 # --- 2. and 3. gang preemption -----------------------------------------------------------
 
 def gpu_group(name: str, replicas: int, floor: int) -> Group:
@@ -196,28 +181,6 @@ def gpu_group(name: str, replicas: int, floor: int) -> Group:
         **QUICK, "tolerations": [TOLERATE_GPU],
         "containers": [{"name": "ray-worker", "image": RAY_IMAGE,
                         "resources": {"requests": resources, "limits": resources}}]})
-
-
-def gang_job(scenario: Scenario, priority: str, scheduler: str) -> None:
-    """A PodGroup ``train`` (gang, minCount 2) and its two pods, 8 CPU and 2 GPUs each,
-    at ``priority`` (the PodGroup's priority comes from the same class)."""
-    scenario.api.create(f"{GROUPS}/namespaces/{scenario.namespace}/podgroups", {
-        "apiVersion": API, "kind": "PodGroup",
-        "metadata": {"name": "train", "namespace": scenario.namespace},
-        "spec": {"schedulingPolicy": gang_policy(2), "priorityClassName": priority}})
-    resources = {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "2"}
-    for i in range(2):
-        scenario.create({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"train-{i}", "namespace": scenario.namespace,
-                         "labels": {"app": "train"}},
-            "spec": {"schedulerName": scheduler, "priorityClassName": priority, **QUICK,
-                     "schedulingGroup": {"podGroupName": "train"},
-                     "nodeSelector": {SCENARIO_LABEL: scenario.name},
-                     "tolerations": [TOLERATE_GPU],
-                     "containers": [{"name": "train", "image": "example.invalid/train:1",
-                                     "resources": {"requests": resources,
-                                                   "limits": resources}}]}})
 
 
 def budgets(scenario: Scenario) -> dict[str, dict[str, Any]]:
@@ -276,8 +239,17 @@ def preemption_layout(scenario: Scenario, *, with_budgets: bool) -> dict[str, An
     scenario.scale("work", "overflow", 2)
     wait_until("2 overflow workers running", lambda: len(scenario.running("overflow")) == 2,
                timeout=60)
-    # The floor restarts (say its pods were replaced): KubeRay makes them again, in the
-    # only room there is, one on each GPU node.
+    floor, overflow = floor_restarted_beside_the_overflow(scenario)
+    budgets_kept_or_deleted(scenario, with_budgets=with_budgets)
+    return {"floor": floor, "overflow": overflow}
+
+
+def floor_restarted_beside_the_overflow(scenario: Scenario
+                                        ) -> tuple[dict[str, str], dict[str, str]]:
+    """The floor restarts (say its pods were replaced): KubeRay makes them again, in the
+    only room there is, one on each GPU node. Returns where the floor and the overflow
+    workers run."""
+    name = scenario.name
     old_floor = sorted(on_node(scenario, "floor"))
     scenario.testbed.kubectl("delete", "pod", "-n", scenario.namespace, "--wait=false",
                              *old_floor)
@@ -289,7 +261,12 @@ def preemption_layout(scenario: Scenario, *, with_budgets: bool) -> dict[str, An
         f"{name}-gpu-a", f"{name}-gpu-b"], ("one floor and one overflow worker per GPU node",
                                             floor, overflow)
     scenario.step("each GPU node: one floor worker (the younger) and one overflow worker")
+    return floor, overflow
 
+
+def budgets_kept_or_deleted(scenario: Scenario, *, with_budgets: bool) -> None:
+    """raygate's budgets for the head and the floor, written; kept ``with_budgets``, else
+    deleted."""
     floor_budget = budget_name("work", "floor")
     head_budget = budget_name("work", "headgroup")
     wait_until("raygate's budgets and their status", lambda: allowed(scenario) == {
@@ -303,7 +280,6 @@ def preemption_layout(scenario: Scenario, *, with_budgets: bool) -> dict[str, An
                                  head_budget, floor_budget)
         wait_until("no budget", lambda: budgets(scenario) == {}, timeout=30)
         scenario.step("raygate's budgets deleted: no budget in the namespace")
-    return {"floor": floor, "overflow": overflow}
 
 
 def run_gang_preemption(scenario: Scenario, testbed: Testbed, podgroups: GangRecorder,

@@ -3,8 +3,8 @@ reconciler, scheduler, subscribers) and ``KubeRayProvider`` — stock, or raygat
 subclass — over a fake Kubernetes API (Ray's own ``IKubernetesHttpApiClient``), a fake
 KubeRay controller and a fake GCS, with time injected into Ray's modules.
 
-Import this module only once Ray is known to be importable (``tests/client/test_ray_autoscaler``
-checks first).
+Import this module only once Ray is known to be importable (``tests.ray_required`` tells
+first).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from testkit.builders import (
     make_resource_claim,
     make_resource_slice,
 )
-from tests.check.test_check import GROUPS, HEAD, TOLERATE_GPU, good, with_
+from tests.check.manifests import GROUPS, HEAD, TOLERATE_GPU, good, with_
 
 GPU_CLASS = make_device_class("gpu.nvidia.com", "gpu.nvidia.com",
                               extended_resource="example.com/gpu")

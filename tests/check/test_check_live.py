@@ -11,7 +11,7 @@ import pytest
 from raygate.server.check.report import EXIT_CLEAN, EXIT_NOTHING, EXIT_UNUSABLE
 from raygate.server.cli import main
 from testkit.builders import make_raycluster
-from tests.check.test_check import GROUPS, good, two_cpu_groups, with_
+from tests.check.manifests import GROUPS, good, two_cpu_groups, with_
 
 
 def test_live_check_against_the_api_server_double(

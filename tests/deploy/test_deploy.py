@@ -1,7 +1,7 @@
 """Every manifest in deploy/ validated offline: core objects against the Kubernetes OpenAPI
 schemas (kubernetes-validate, strict), RayClusters by raygate's own loader, scheduler
 configs by structural checks of the exact key spellings, and every port, probe, route and
-verb checked against what raygate really serves."""
+verb checked against what raygate really serves. RBAC: test_deploy_rbac.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import re
 import subprocess
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
@@ -18,29 +17,27 @@ import yaml
 from raygate.policy.config import PolicyConfig
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot_files import load_files
-from raygate.server.cli import _parser
 from raygate.server.config.file import load_config_file
 from raygate.server.config.settings import ServeSettings, parse_addr
-from raygate.server.fronts.health import health_routes
-from raygate.server.fronts.scheduler import SchedulerExtender, scheduler_routes
-from raygate.server.fronts.volcano import VolcanoExtender, volcano_routes
 from raygate.server.fronts.webhook import RayPodWebhook
-from raygate.server.kube.reviews import GROUP, RESOURCE, Access
 from raygate.server.metrics.registry import Metrics
 from testbed.build import COMPONENTS
 from testkit.kustomize import find, render
+from tests.deploy.manifests import (
+    DEFAULTS,
+    DEPLOY,
+    K8S_VERSION,
+    ROOT,
+    SERVED,
+    SETUPS,
+    Obj,
+    addr_port,
+    raygate_containers,
+    selects,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
-SETUPS = ["base", "kube-scheduler-second", "kube-scheduler-default", "volcano", "kueue"]
-K8S_VERSION = "1.34"
-CACHE = ClusterCache(PolicyConfig(), "test")
-SERVED = {**health_routes(CACHE), **scheduler_routes(SchedulerExtender(CACHE)),
-          **volcano_routes(VolcanoExtender(CACHE))}
-DEFAULTS = _parser().parse_args(["serve"])
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = f"ghcr.io/raygate-dev/raygate:{VERSION}"  # fully qualified, at the package's version
-Obj = dict[str, Any]
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -61,28 +58,18 @@ def test_example_rayclusters_load(setup: str) -> None:
     assert len(objects.rayclusters) == len(examples)
 
 
-def _addr_port(args: list[str], flag: str) -> int:
-    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{flag}=")]
-    return parse_addr(value, flag)[1]
-
-
-def _raygate_containers(objects: list[Obj]) -> list[tuple[Obj, Obj]]:
-    return [(o, c) for o in objects if o["kind"] == "Deployment"
-            for c in o["spec"]["template"]["spec"]["containers"] if c["name"] == "raygate"]
-
-
 @pytest.mark.parametrize("setup", SETUPS)
 def test_raygate_containers_match_the_server(setup: str) -> None:
     objects = render(DEPLOY / setup)
-    pairs = _raygate_containers(objects)
+    pairs = raygate_containers(objects)
     assert pairs
     for deployment, container in pairs:
         args = container["args"]
         assert args[0] == "serve"
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        assert ports["http"] == _addr_port(args, "--http-addr") == parse_addr(
+        assert ports["http"] == addr_port(args, "--http-addr") == parse_addr(
             DEFAULTS.http_addr, "")[1]
-        assert ports["grpc"] == _addr_port(args, "--grpc-addr") == parse_addr(
+        assert ports["grpc"] == addr_port(args, "--grpc-addr") == parse_addr(
             DEFAULTS.grpc_addr, "")[1]
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
             assert container[probe]["httpGet"]["path"] in SERVED
@@ -102,7 +89,7 @@ def test_raygate_containers_match_the_server(setup: str) -> None:
             "preferredDuringSchedulingIgnoredDuringExecution"]
         assert container["image"] == IMAGE
         if "--webhook-addr" in " ".join(args):
-            assert ports["webhook"] == _addr_port(args, "--webhook-addr")
+            assert ports["webhook"] == addr_port(args, "--webhook-addr")
 
 
 def test_the_config_map_is_a_valid_raygate_config(tmp_path: Path) -> None:
@@ -112,112 +99,14 @@ def test_the_config_map_is_a_valid_raygate_config(tmp_path: Path) -> None:
     assert load_config_file(str(path)) == PolicyConfig()  # the shipped defaults, spelled out
 
 
-def _grants(role: Obj) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) of every rule; no rule may narrow by resourceNames."""
-    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
-    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
-            for r in rule["resources"] for v in rule["verbs"]}
-
-
-READ = ("get", "list", "watch")
-FOLLOWED = {("", "nodes"), ("", "pods"), ("ray.io", "rayclusters"),
-            ("scheduling.volcano.sh", "podgroups"), ("kueue.x-k8s.io", "workloads")}
-WATCHED_ONLY = {("", "events"), ("karpenter.sh", "nodeclaims"),
-                ("scheduling.k8s.io", "podgroups"),
-                *(("resource.k8s.io", r) for r in (
-                    "deviceclasses", "resourceslices", "resourceclaims",
-                    "resourceclaimtemplates"))}
-
-
-def test_raygate_reads_and_writes_only_pods_its_budgets_and_events() -> None:
-    """Read the kinds the cache follows (the node autoscalers' pod events, NodeClaims and
-    the DRA objects with list and watch alone), patch pods (the release of a gated pod, the
-    stale-refusal annotation), say Events (create; patch a series' count), keep
-    the floors' PodDisruptionBudgets (server-side apply: create and patch; list at
-    start; delete) and create the two reviews of --authz (which the API server answers
-    and never stores): nothing more — no get or watch on budgets, no update of
-    RayClusters' finalizers (blockOwnerDeletion is false)."""
-    role = find(render(DEPLOY / "base"), "ClusterRole", "raygate")
-    assert _grants(role) == {(g, r, v) for g, r in FOLLOWED for v in READ} | {
-        # Events and NodeClaims: list and watch only (the cache never GETs one).
-        *{(g, r, v) for g, r in WATCHED_ONLY for v in ("list", "watch")},
-        ("", "pods", "patch"),
-        ("events.k8s.io", "events", "create"),
-        ("events.k8s.io", "events", "patch"),
-        *{("policy", "poddisruptionbudgets", v) for v in ("list", "create", "patch",
-                                                          "delete")},
-        ("authentication.k8s.io", "tokenreviews", "create"),
-        ("authorization.k8s.io", "subjectaccessreviews", "create"),
-    }
-    binding = find(render(DEPLOY / "base"), "ClusterRoleBinding", "raygate")
-    assert binding["roleRef"]["name"] == "raygate"
-    assert [s["name"] for s in binding["subjects"]] == ["raygate"]
-
-
-@pytest.mark.parametrize(("setup", "account"), [("base", "raygate"),
-                                              ("kube-scheduler-second", "ray-scheduler")])
-def test_leader_election_holds_one_lease_and_nothing_more(setup: str, account: str) -> None:
-    """In raygate's namespace: create a Lease (a create names no object a rule could
-    narrow to), get and update the one raygate's settings name; no list, watch, patch or
-    delete. Bound to the ServiceAccount the serving raygate runs as, whose pods say
-    their name and namespace (the identity, and the Lease's namespace)."""
-    objects = render(DEPLOY / setup)
-    role = find(objects, "Role", "raygate-leader-election")
-    assert role["metadata"]["namespace"] == "raygate-system"
-    assert role["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-         "resourceNames": [ServeSettings().leader_election_lease_name],
-         "verbs": ["get", "update"]}]
-    bindings = [o for o in objects if o["kind"] == "RoleBinding"
-                and o["roleRef"]["name"] == "raygate-leader-election"]
-    assert {(b["metadata"]["namespace"], s["name"]) for b in bindings
-            for s in b["subjects"]} >= {("raygate-system", account)}
-    ((deployment, container),) = _raygate_containers(objects)
-    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account
-    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]} == {
-        "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
-
-
-@pytest.mark.parametrize("setup", SETUPS)
-def test_every_service_account_is_one_a_pod_runs_as(setup: str) -> None:
-    """No account bound to raygate's roles that nothing runs as: in kube-scheduler-second
-    and kueue ray-scheduler's account holds them, and deploy/base's raygate account goes
-    with its Deployment."""
-    objects = render(DEPLOY / setup)
-    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
-    used = {o["spec"]["template"]["spec"]["serviceAccountName"] for o in objects
-            if o["kind"] == "Deployment"}
-    bound = {s["name"] for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
-             for s in o["subjects"] if s["kind"] == "ServiceAccount"}
-    assert accounts == used == bound
-
-
-def test_status_reader_role_grants_what_authz_checks() -> None:
-    """The example role for status callers: exactly the access raygate/server/authz/ asks a
-    SubjectAccessReview about, and bound to nobody by default."""
-    objects = render(DEPLOY / "base")
-    role = find(objects, "ClusterRole", "raygate-status-reader")
-    checked = {(GROUP, RESOURCE, Access.to(ns).verb) for ns in ("team-a", "")}
-    assert _grants(role) == checked == {("ray.io", "rayclusters", "get"),
-                                        ("ray.io", "rayclusters", "list")}
-    assert not [o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")
-                and o["roleRef"]["name"] == "raygate-status-reader"]
-
-
 def test_services_route_to_named_container_ports() -> None:
     for setup in SETUPS:
         objects = render(DEPLOY / setup)
-        container_ports = {p["name"] for _, c in _raygate_containers(objects)
+        container_ports = {p["name"] for _, c in raygate_containers(objects)
                            for p in c["ports"]}
         for service in (o for o in objects if o["kind"] == "Service"):
             for port in service["spec"]["ports"]:
                 assert port["targetPort"] in container_ports, (setup, service["metadata"])
-
-
-def _selects(selector: dict[str, str], deployment: Obj) -> bool:
-    labels = deployment["spec"]["template"]["metadata"]["labels"]
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -229,8 +118,8 @@ def test_every_serving_raygate_is_behind_the_service(setup: str) -> None:
     objects = render(DEPLOY / setup)
     selector = find(objects, "Service", "raygate")["spec"]["selector"]
     deployments = [o for o in objects if o["kind"] == "Deployment"]
-    serving = {d["metadata"]["name"] for d, _ in _raygate_containers(objects)}
-    assert {d["metadata"]["name"] for d in deployments if _selects(selector, d)} == serving
+    serving = {d["metadata"]["name"] for d, _ in raygate_containers(objects)}
+    assert {d["metadata"]["name"] for d in deployments if selects(selector, d)} == serving
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -239,7 +128,7 @@ def test_one_raygate_cache_per_replica_that_serves(setup: str) -> None:
     sidecar setups run it only in ray-scheduler's two pods, not in a Deployment of its
     own beside them."""
     objects = render(DEPLOY / setup)
-    pairs = _raygate_containers(objects)
+    pairs = raygate_containers(objects)
     assert len(pairs) == 1
     (deployment, _), = pairs
     scheduler = [o for o in objects if o["kind"] == "Deployment"
@@ -258,7 +147,7 @@ def test_disruption_budgets_let_a_drain_proceed(setup: str) -> None:
     for budget in budgets:
         assert budget["spec"] == {"maxUnavailable": 1, "selector": budget["spec"]["selector"]}
         (deployment,) = [d for d in deployments
-                         if _selects(budget["spec"]["selector"]["matchLabels"], d)]
+                         if selects(budget["spec"]["selector"]["matchLabels"], d)]
         assert deployment["metadata"]["name"] == budget["metadata"]["name"]
 
 
@@ -353,13 +242,13 @@ def test_every_setup_serves_the_native_placement_webhook(setup: str) -> None:
                             marker=False)
     assert client["path"] in webhook.routes()
     service = find(objects, "Service", client["name"])
-    ((deployment, container),) = _raygate_containers(objects)
-    assert _selects(service["spec"]["selector"], deployment)
+    ((deployment, container),) = raygate_containers(objects)
+    assert selects(service["spec"]["selector"], deployment)
     assert [d for d in objects if d["kind"] == "Deployment"
-            and _selects(service["spec"]["selector"], d)] == [deployment]
+            and selects(service["spec"]["selector"], d)] == [deployment]
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == client["port"]]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports[port["targetPort"]] == _addr_port(container["args"], "--webhook-addr")
+    assert ports[port["targetPort"]] == addr_port(container["args"], "--webhook-addr")
     certificate = find(objects, "Certificate", "raygate-webhook")
     assert f"{client['name']}.{client['namespace']}.svc" in certificate["spec"]["dnsNames"]
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}

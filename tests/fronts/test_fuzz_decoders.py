@@ -1,5 +1,5 @@
 """Fuzzing the JSON decoders directly, in process (Hypothesis): arbitrary bytes, any JSON
-value, and valid documents mutated (``tests.fronts.test_attack_routes``' strategies). Each
+value, and valid documents mutated (``tests.fronts.attack_bodies``' strategies). Each
 decoder may refuse its input only with its documented error, never with anything else:
 
 * the request handlers (kube-scheduler, Volcano, explain, the webhook): ``BadRequest``,
@@ -46,7 +46,7 @@ from raygate.server.metrics.registry import Metrics
 from raygate.server.wire import DECODE_ERRORS
 from raygate.server.wire import scheduler as wire
 from testkit.builders import T0_EPOCH, make_node, make_pod, make_raycluster, object_list
-from tests.fronts.test_attack_routes import SEEDS, bodies, encode, mutated
+from tests.fronts.attack_bodies import SEEDS, bodies, encode, mutated
 
 FUZZ = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

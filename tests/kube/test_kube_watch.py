@@ -1,6 +1,6 @@
 """The list/watch driver against a scripted API server: no sockets, no waiting.
 
-Each test scripts what the transport answers (pages, streams, errors), runs the driver
+Each test scripts what the transport answers (pages, watches, errors), runs the driver
 in the test's thread until the script runs out, then reads the cache and the requests.
 """
 
@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 import pytest
@@ -18,10 +15,8 @@ import pytest
 from raygate.policy.config import PolicyConfig
 from raygate.policy.model import PodView
 from raygate.server.cache.cluster import ClusterCache
-from raygate.server.cache.keys import POD, WORKLOAD
+from raygate.server.cache.keys import POD
 from raygate.server.cache.sync import SyncStatus
-from raygate.server.kube.decode import Decoders, decode_line
-from raygate.server.kube.resources import RESOURCES, Resource, Served
 from raygate.server.kube.source import CacheWriter
 from raygate.server.kube.transport import (
     ApiError,
@@ -34,137 +29,8 @@ from raygate.server.kube.transport import (
     WatchLine,
     WatchSettings,
 )
-from raygate.server.kube.watch import KindWatcher
 from raygate.server.wire import kube
-from testkit.builders import make_pod
-
-PODS = next(r for r in RESOURCES if r.kind == POD)
-WORKLOADS = next(r for r in RESOURCES if r.kind == WORKLOAD)
-
-
-def pod(name: str, rv: int, **changes: str) -> kube.Pod:
-    builder = make_pod(name)
-    if "node" in changes:
-        builder = builder.on(changes["node"])
-    obj = builder.obj()
-    obj["metadata"]["resourceVersion"] = str(rv)
-    if "cpu" in changes:
-        obj["spec"]["containers"][0]["resources"] = {"requests": {"cpu": changes["cpu"]}}
-    return msgspec.convert(obj, kube.Pod)
-
-
-def workload(name: str, rv: int) -> kube.Workload:
-    return msgspec.convert({
-        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-        "metadata": {"name": name, "namespace": "ray", "resourceVersion": str(rv)}},
-        kube.Workload)
-
-
-def bookmark(rv: int) -> WatchLine:
-    return WatchLine("BOOKMARK", obj=msgspec.convert(
-        {"metadata": {"resourceVersion": str(rv)}}, kube.Pod))
-
-
-Script = list[Any]  # answers in order: a value to return or an exception to raise
-
-
-@dataclass
-class Stream:
-    lines: list[WatchLine | Exception]
-
-    def __iter__(self) -> Iterator[WatchLine]:
-        for line in self.lines:
-            if isinstance(line, Exception):
-                raise line
-            yield line
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass
-class FakeTransport:
-    stop: threading.Event
-    lists: Script = field(default_factory=list)
-    watches: Script = field(default_factory=list)
-    streams: Script = field(default_factory=list)
-    """Streaming lists (watches with initial events)."""
-    discovery: dict[str, Script] = field(default_factory=dict)
-    calls: list[tuple[str, ...]] = field(default_factory=list)
-
-    def _next(self, script: Script) -> Any:
-        if not script:
-            # The script has run out: the test is over.
-            self.stop.set()
-            raise TransportError("end of script")
-        answer = script.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def discover(self, group_version: str) -> frozenset[str] | None:
-        self.calls.append(("discover", group_version))
-        answer: frozenset[str] | None = self._next(self.discovery.setdefault(group_version, []))
-        return answer
-
-    def list(self, served: Served, limit: int, continue_: str) -> ListPage:
-        self.calls.append(("list", served.path, continue_))
-        page: ListPage = self._next(self.lists)
-        return page
-
-    def watch(self, served: Served, resource_version: str, timeout_seconds: int, *,
-              initial_events: bool = False) -> Stream:
-        if initial_events:
-            self.calls.append(("stream", served.path, resource_version))
-            return Stream(self._next(self.streams))
-        self.calls.append(("watch", served.path, resource_version))
-        lines = self._next(self.watches)
-        return Stream(lines)
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass
-class Run:
-    transport: FakeTransport
-    cache: ClusterCache
-    writer: CacheWriter
-    watcher: KindWatcher
-    delays: list[float]
-
-    def __call__(self) -> None:
-        self.watcher.run()
-        self.writer.drain()
-
-    def names(self) -> set[str]:
-        return {p.name for p in self.writer.current().objects.pods}
-
-    def requests(self, verb: str) -> list[tuple[str, ...]]:
-        return [c for c in self.transport.calls if c[0] == verb]
-
-
-LISTS = WatchSettings(freeze_gc=False, stream_list=False)
-"""LIST pages, as an API server that does not serve the streaming list is listed."""
-STREAMS = WatchSettings(freeze_gc=False, page_size=2, stream_list=True)
-
-
-def driver(resource: Resource = PODS, settings: WatchSettings | None = None) -> Run:
-    stop = threading.Event()
-    transport = FakeTransport(stop)
-    cache = ClusterCache(PolicyConfig(), "test")
-    sync = SyncStatus([resource.kind])
-    writer = CacheWriter(cache, sync, freeze_gc=False)
-    delays: list[float] = []
-
-    def wait(seconds: float) -> bool:
-        delays.append(seconds)
-        return not stop.is_set()
-
-    watcher = KindWatcher(resource, transport, writer, sync.kinds[resource.kind],
-                          settings=settings or LISTS, stop=stop,
-                          rng=random.Random(7), wait=wait)
-    return Run(transport, cache, writer, watcher, delays)
+from tests.kube.scripted import WORKLOADS, bookmark, driver, pod, workload
 
 
 def test_lists_in_pages_then_watches_from_the_lists_version() -> None:
@@ -356,88 +222,6 @@ def test_sync_status_reports_readiness_and_the_age_of_the_last_event() -> None:
     assert report["Pod"].last_event_age_seconds == 2.5 and report["Pod"].events == 5
     assert report["Node"].last_event_age_seconds is None
     assert msgspec.json.decode(msgspec.json.encode(report["Pod"]))["lastEventAgeSeconds"] == 2.5
-
-
-# --- the streaming list ---------------------------------------------------------------
-
-
-def initial_events_end(rv: int) -> WatchLine:
-    """The BOOKMARK that ends a streaming list's initial events, as decoded."""
-    return decode_line(b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1",'
-                       b'"metadata":{"resourceVersion":"%d","annotations":{'
-                       b'"k8s.io/initial-events-end":"true"}},"spec":{"containers":null},'
-                       b'"status":{}}}' % rv, Decoders(kube.Pod))
-
-
-def test_the_streaming_list_fills_the_cache_and_goes_on_as_the_watch() -> None:
-    run = driver(settings=STREAMS)
-    run.transport.streams = [[WatchLine("ADDED", obj=pod("a", 5)),
-                              WatchLine("ADDED", obj=pod("b", 7)),
-                              WatchLine("ADDED", obj=pod("x", 8)),
-                              initial_events_end(10),
-                              WatchLine("ADDED", obj=pod("c", 11)),
-                              WatchLine("DELETED", obj=pod("x", 12))]]
-    run()
-    # One request: the stream's end resumes the watch from the last version; no LIST.
-    assert run.transport.calls[0] == ("stream", "/api/v1/pods", "")
-    assert run.requests("list") == []
-    assert run.requests("watch")[0] == ("watch", "/api/v1/pods", "12")
-    assert run.names() == {"a", "b", "c"}
-    status = run.watcher.status
-    assert status.synced and run.cache.ready and status.relists == 0
-    # The state's events are the list's, not the watch's.
-    assert status.events["ADDED"] == 1 and status.events["DELETED"] == 1
-
-
-def test_nothing_of_the_initial_events_is_in_the_cache_before_the_bookmark() -> None:
-    """A stream that ends before its bookmark (a server that does not send it) left
-    nothing in the cache: the state is listed in pages."""
-    run = driver(settings=STREAMS)
-    run.transport.streams = [[WatchLine("ADDED", obj=pod("a", 5)),
-                              WatchLine("ADDED", obj=pod("b", 7))]]
-    run.transport.lists = [TransportError("the API server went away")]
-    run()
-    assert [c[0] for c in run.transport.calls][:2] == ["stream", "list"]
-    assert run.names() == set()
-    assert not run.watcher.status.synced and not run.cache.ready
-
-
-def test_a_refused_streaming_list_is_listed_in_pages() -> None:
-    run = driver(settings=STREAMS)
-    refused = ApiError(422, "Invalid", 'ListOptions.meta.k8s.io "" is invalid: '
-                       "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for "
-                       "watch unless the WatchList feature gate is enabled")
-    run.transport.streams = [refused]
-    run.transport.lists = [ListPage([pod("a", 5)], "10")]
-    run.transport.watches = [[WatchLine("ADDED", obj=pod("b", 11))]]
-    run()
-    assert [c[0] for c in run.transport.calls][:3] == ["stream", "list", "watch"]
-    assert run.names() == {"a", "b"}
-    assert run.delays[:-1] == []  # a refusal is no failure: listed at once
-
-
-def test_a_server_error_on_the_streaming_list_backs_off_and_streams_again() -> None:
-    run = driver(settings=STREAMS)
-    run.transport.streams = [ApiError(503, "ServiceUnavailable", "etcd is busy"),
-                             [WatchLine("ADDED", obj=pod("a", 5)), initial_events_end(10)]]
-    run()
-    assert run.requests("list") == []
-    assert run.names() == {"a"}
-    assert len(run.delays) == 2  # the backoff, then the one that ends the script
-
-
-def test_a_410_on_the_watch_streams_the_state_again_and_drops_what_is_gone() -> None:
-    run = driver(settings=STREAMS)
-    gone = kube.Status(code=410, reason="Expired", message="too old resource version")
-    run.transport.streams = [
-        [WatchLine("ADDED", obj=pod("a", 5)), WatchLine("ADDED", obj=pod("b", 6)),
-         initial_events_end(10), WatchLine("ERROR", status=gone)],
-        [WatchLine("ADDED", obj=pod("b", 6)), WatchLine("ADDED", obj=pod("c", 30)),
-         initial_events_end(31)]]
-    run()
-    assert run.names() == {"b", "c"}
-    assert run.watcher.status.relists == 1
-    assert [c[0] for c in run.transport.calls] == ["stream", "stream", "watch"]
 
 
 def test_a_pods_deletion_is_published_at_once() -> None:

@@ -22,7 +22,7 @@ from raygate.server.cache.keys import EVENT, NODECLAIM
 from testkit.builders import T0_EPOCH, Obj, make_event, make_nodeclaim, make_pod
 from tests import admission_scenarios as sc
 from tests.conftest import snapshot_of
-from tests.policy.test_admission import derive, pods_by_name
+from tests.policy.derivation import derive, pods_by_name
 
 WANTED: list[tuple[str, str, str, bool]] = [
     # (reason, component, message, kept)
