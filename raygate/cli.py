@@ -8,18 +8,22 @@ the status ``raygate-autoscaler`` exits with when Ray is missing: never a traceb
 
 The server's command line (``raygate.server.cli``) builds its parser from the standard
 library and the contract alone and imports each command's modules when it runs; this
-module sits above it and the admission client (``raygate.client``, which the server may
-not import), so that ``raygate`` can offer both (tests/client/test_cli_light.py runs every
-command with the server's dependencies refused).
+module sits above it and the client side (``raygate.client``, which the server may not
+import), so that ``raygate`` can offer both: the admission commands, and ``explain``, whose
+``--server`` half is the client's and offline half the server's
+(tests/client/test_cli_light.py runs every command with the server's dependencies
+refused).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from raygate.contract.explain import ExplainReply
     from raygate.server.cli import Subcommands
 
 __all__ = ["EXTRA_OF", "main"]
@@ -49,6 +53,40 @@ def _admission_parser(commands: Subcommands) -> None:
                                 "(default %(default)s)")
 
 
+def _explain(args: argparse.Namespace,
+             offline: Callable[[argparse.Namespace, str, str, list[str] | None],
+                               ExplainReply | int]) -> int:
+    """``raygate explain``: ask a running raygate (every install has the libraries), or
+    explain ``offline`` (the server's: its cache and snapshot loader need the extra)."""
+    import msgspec
+
+    from raygate.client.explain import fetch
+    from raygate.client.explain_table import render_table
+    from raygate.contract.errors import RaygateError
+    from raygate.policy.config import ConfigError
+
+    namespace, _, name = args.pod.partition("/")
+    if not namespace or not name:
+        print("raygate: give the pod as NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    nodes = args.nodes.split(",") if args.nodes else None
+    try:
+        if args.snapshot or args.demo:
+            reply = offline(args, namespace, name, nodes)
+        else:
+            reply = fetch(args.server, namespace, name, nodes)
+    except (ConfigError, RaygateError) as exc:
+        print(f"raygate: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, RaygateError) else 2
+    if isinstance(reply, int):
+        return reply
+    if args.output == "json":
+        print(msgspec.json.encode(reply).decode())
+    else:
+        print(render_table(reply), end="")
+    return 0
+
+
 def _missing(command: str, exc: ModuleNotFoundError) -> int:
     """One line naming the extra that brings the missing module; 2, as for a usage error."""
     module = (exc.name or "").partition(".")[0]
@@ -71,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from raygate.client.cli import run
 
             return run(args.admission, args.server, args)
+        if args.command == "explain":
+            return _explain(args, server.explain_offline)
         return server.run(args)
     except ModuleNotFoundError as exc:
         command = next((a for a in argv if not a.startswith("-")), "")

@@ -5,20 +5,20 @@ to protobuf and back."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 import pytest
 
 from bench.micro.conftest import NOW, Benchmark, Cluster, snapshot_of
 from bench.micro.test_cluster_state import _big_raycluster
 from bench.scenarios import MICRO
-from raygate.contract import admission_status as wire
+from raygate.contract.admission_status import AdmissionStatus
+from raygate.contract.explain import ExplainReply
+from raygate.contract.messages import from_proto, to_proto
+from raygate.contract.proto.raygate.v1 import admission_pb2, explain_pb2
 from raygate.policy.admission import Derivation, admission_status
 from raygate.policy.explain import Explanation, explain
 from raygate.server.cache import convert
 from raygate.server.fronts.admission.state import Entry
-from raygate.server.fronts.explain import proto as explain_proto
 from raygate.server.fronts.explain.service import to_wire
 from raygate.server.wire import kube
 
@@ -45,13 +45,14 @@ def test_admission_to_json(benchmark: Benchmark, derivation: Derivation) -> None
 
 def test_admission_to_proto(benchmark: Benchmark, derivation: Derivation) -> None:
     status = Entry(derivation, (), NOW).status
-    message = benchmark(wire.to_proto, status)
+    message = benchmark(to_proto, status, admission_pb2.AdmissionStatus)
     assert len(message.pods) == len(status.pods)
 
 
 def test_admission_from_proto(benchmark: Benchmark, derivation: Derivation) -> None:
     status = Entry(derivation, (), NOW).status
-    assert benchmark(wire.from_proto, wire.to_proto(status)) == status
+    message = to_proto(status, admission_pb2.AdmissionStatus)
+    assert benchmark(from_proto, message, AdmissionStatus) == status
 
 
 def test_explain_to_json(benchmark: Benchmark, explanation: Explanation) -> None:
@@ -64,10 +65,11 @@ def test_explain_to_json(benchmark: Benchmark, explanation: Explanation) -> None
 
 
 def test_explain_to_proto(benchmark: Benchmark, explanation: Explanation) -> None:
-    message: Any = benchmark(explain_proto.to_proto, to_wire(explanation))
+    message = benchmark(to_proto, to_wire(explanation), explain_pb2.Explanation)
     assert len(message.nodes) == len(explanation.nodes)
 
 
 def test_explain_from_proto(benchmark: Benchmark, explanation: Explanation) -> None:
     reply = to_wire(explanation)
-    assert benchmark(explain_proto.from_proto, explain_proto.to_proto(reply)) == reply
+    message = to_proto(reply, explain_pb2.Explanation)
+    assert benchmark(from_proto, message, ExplainReply) == reply

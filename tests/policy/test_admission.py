@@ -158,9 +158,9 @@ EXPECTED = sc.EXPECTED_PODS
 def test_pod_states(scenario: str, pod: str, state: str, rule: str, action: str) -> None:
     status = derive(sc.SCENARIOS[scenario](), sc.CLUSTERS[scenario]).status
     got = pods_by_name(status)[pod]
-    assert (got.state, got.rule, got.advice) == (PodState(state), rule, PodAction(action)), (
+    assert (got.state, got.rule, got.advice.action) == (PodState(state), rule, PodAction(action)), (
         got.reason)
-    assert got.reason and got.advice_reason
+    assert got.reason and got.advice.reason
 
 
 @pytest.mark.parametrize("scenario", sorted(sc.SCENARIOS))
@@ -361,7 +361,7 @@ def test_workload_admission_checks_pending() -> None:
 
 def _groups(status: AdmissionStatus) -> dict[str, tuple[Any, ...]]:
     return {g.name: (g.floor, g.desired, g.scheduled, g.running, g.pending, g.preempted,
-                     g.scale_up) for g in status.groups}
+                     g.scale_up.action) for g in status.groups}
 
 
 def test_group_counts_and_scale_up() -> None:
@@ -386,7 +386,7 @@ def test_group_counts_and_scale_up() -> None:
 def test_scale_up_reasons() -> None:
     def reason(scenario: str, group: str) -> str:
         status = derive(sc.SCENARIOS[scenario](), sc.CLUSTERS[scenario]).status
-        return next(g.scale_up_reason for g in status.groups if g.name == group)
+        return next(g.scale_up.reason for g in status.groups if g.name == group)
 
     assert "wait for admission" in reason("inqueue-gang", "workers")
     assert "2 pods of this group already waiting for capacity" in reason(
@@ -402,8 +402,8 @@ def test_suspended_cluster_holds() -> None:
     rc["spec"]["suspend"] = True
     status = derive([rc], "rc").status
     w = next(g for g in status.groups if g.name == "w")
-    assert (w.desired, w.floor, w.scale_up) == (0, 0, ScaleUp.HOLD)
-    assert "suspended" in w.scale_up_reason
+    assert (w.desired, w.floor, w.scale_up.action) == (0, 0, ScaleUp.HOLD)
+    assert "suspended" in w.scale_up.reason
 
 
 def test_pods_going_away_without_a_disruption_are_not_listed() -> None:
@@ -421,7 +421,8 @@ def test_a_kubelet_evicted_pod_is_listed() -> None:
                .condition("DisruptionTarget", "True", "TerminationByKubelet",
                           "The node was low on resource: memory.", sc.at(-3)).obj())
     status = derive([make_raycluster("rc").group("w", replicas=1).obj(), evicted], "rc").status
-    assert [(p.state, p.advice) for p in status.pods] == [(PodState.EVICTED, PodAction.REPLACE)]
+    assert [(p.state, p.advice.action) for p in status.pods] == [
+        (PodState.EVICTED, PodAction.REPLACE)]
 
 
 # --- time -------------------------------------------------------------------------------------
