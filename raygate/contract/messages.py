@@ -159,38 +159,38 @@ def _encoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[
     asdict = msgspec.structs.asdict
 
     # The struct's fields in one call, the few that need it converted: as fast as a
-    # converter written out field by field (a reply may hold thousands of nodes).
+    # converter written out field by field (a reply may hold thousands of nodes). None
+    # stays None: the message's default, or unset.
     def encode(value: Any) -> Any:
         given = asdict(value)
         for name in dropped:
             del given[name]
         for name, step in steps:
-            given[name] = step(given[name])
+            if (held := given[name]) is not None:
+                given[name] = step(held)
         return message(**given)
 
     _ENCODERS[struct, message] = encode
     return encode
 
 
-def _timestamp(value: datetime | None) -> Timestamp | None:
-    return None if value is None else Timestamp(seconds=int(value.timestamp()))
+def _timestamp(value: datetime) -> Timestamp:
+    return Timestamp(seconds=int(value.timestamp()))
 
 
 def _to_field(field: msgspec.inspect.Field, proto: FieldDescriptor,
               ) -> Callable[[Any], Any] | None:
-    """How a struct field's value becomes the message's; None: as it is (a scalar, or
-    None for the default or unset: the message's constructor takes either)."""
+    """How a struct field's value becomes the message's; None: as it is (a scalar: the
+    message's constructor takes it)."""
     one: Callable[[Any], Any] | None = None
     if _is_timestamp(proto):
         one = _timestamp
     elif proto.message_type is not None:
-        nested = _encoder(_struct_of(field.type), GetMessageClass(proto.message_type))
-        one = nested if proto.is_repeated else (
-            lambda value: None if value is None else nested(value))
+        one = _encoder(_struct_of(field.type), GetMessageClass(proto.message_type))
     elif proto.enum_type is not None:
         numbers = _numbers(proto.enum_type)
 
-        def one(value: Any) -> int:
+        def one(value: str) -> int:
             return numbers.get(value, 0)
     if one is None or not proto.is_repeated:
         return one
@@ -206,6 +206,12 @@ def _decoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[
     names = tuple(field.name for field, _ in pairs)
     getter = operator.attrgetter(*names)
     read = getter if len(names) > 1 else (lambda value: (getter(value),))
+    # Unset (a message, an optional scalar) or holding its default (a scalar without
+    # presence) is None where the struct field may be None.
+    unset = [(i, proto.name) for i, (field, proto) in enumerate(pairs)
+             if _optional(field.type) and proto.has_presence and not proto.is_repeated]
+    default = [(i, proto.default_value) for i, (field, proto) in enumerate(pairs)
+               if _optional(field.type) and not proto.has_presence and not proto.is_repeated]
     steps = [(i, step) for i, (field, proto) in enumerate(pairs)
              if (step := _from_field(field, proto)) is not None]
     # Positionally when the message has every field, in order: faster than by name.
@@ -214,8 +220,15 @@ def _decoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[
 
     def decode(value: Any) -> Any:
         values = list(read(value))
+        for i, name in unset:
+            if not value.HasField(name):
+                values[i] = None
+        for i, empty in default:
+            if values[i] == empty:
+                values[i] = None
         for i, step in steps:
-            values[i] = step(value)
+            if values[i] is not None:
+                values[i] = step(values[i])
         return struct(*values) if positional else struct(**dict(zip(names, values, strict=True)))
 
     _DECODERS[struct, message] = decode
@@ -224,25 +237,14 @@ def _decoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[
 
 def _from_field(field: msgspec.inspect.Field, proto: FieldDescriptor,
                 ) -> Callable[[Any], Any] | None:
-    """How the struct field's value is read off a message; None: the message's field as
-    it is."""
-    name, optional = proto.name, _optional(field.type)
+    """How the message's value of a field becomes the struct's; None: as it is."""
     one = _from_item(field, proto)
-    if proto.is_repeated:
-        if one is None:
-            return lambda message: list(getattr(message, name))
-        return lambda message: [one(value) for value in getattr(message, name)]
-    if optional and proto.has_presence:  # a message, or an optional scalar: unset is None
-        if one is None:
-            return lambda message: getattr(message, name) if message.HasField(name) else None
-        return lambda message: one(getattr(message, name)) if message.HasField(name) else None
-    if optional:  # a scalar with no presence: its default is None
-        default, each = proto.default_value, one or (lambda value: value)
-        return lambda message: (None if (value := getattr(message, name)) == default
-                                else each(value))
+    if not proto.is_repeated:
+        return one
     if one is None:
-        return None
-    return lambda message: one(getattr(message, name))
+        return list
+    each = one
+    return lambda values: [each(value) for value in values]
 
 
 def _from_item(field: msgspec.inspect.Field, proto: FieldDescriptor,
