@@ -8,20 +8,25 @@ the status ``raygate-autoscaler`` exits with when Ray is missing: never a traceb
 
 The server's command line (``raygate.server.cli``) builds its parser from the standard
 library and the contract alone and imports each command's modules when it runs; this
-module sits above it and the admission client (``raygate.client``, which the server may
-not import), so that ``raygate`` can offer both (tests/client/test_cli_light.py runs every
-command with the server's dependencies refused).
+module sits above it and the client side (``raygate.client``, which the server may not
+import), so that ``raygate`` can offer both: the admission commands, and ``explain``, whose
+``--server`` half is the client's and offline half the server's
+(tests/client/test_cli_light.py runs every command with the server's dependencies
+refused).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from raygate.contract.command import CommandError
 from raygate.process.exits import run as run_command
 
 if TYPE_CHECKING:
+    from raygate.contract.explain import ExplainReply
     from raygate.server.cli import Subcommands
 
 __all__ = ["EXTRA_OF", "main"]
@@ -51,6 +56,31 @@ def _admission_parser(commands: Subcommands) -> None:
                                 "(default %(default)s)")
 
 
+def _explain(args: argparse.Namespace,
+             offline: Callable[[argparse.Namespace, str, str, list[str] | None],
+                               ExplainReply]) -> int:
+    """``raygate explain``: ask a running raygate (every install has the libraries), or
+    explain ``offline`` (the server's: its cache and snapshot loader need the extra)."""
+    import msgspec
+
+    from raygate.client.explain import fetch
+    from raygate.client.explain_table import render_table
+
+    namespace, _, name = args.pod.partition("/")
+    if not namespace or not name:
+        raise CommandError("give the pod as NAMESPACE/NAME")
+    nodes = args.nodes.split(",") if args.nodes else None
+    if args.snapshot or args.demo:
+        reply = offline(args, namespace, name, nodes)
+    else:
+        reply = fetch(args.server, namespace, name, nodes)
+    if args.output == "json":
+        print(msgspec.json.encode(reply).decode())
+    else:
+        print(render_table(reply), end="")
+    return 0
+
+
 def _run(argv: list[str]) -> int:
     from raygate.server import cli as server
 
@@ -59,6 +89,8 @@ def _run(argv: list[str]) -> int:
         from raygate.client.cli import run
 
         return run(args.admission, args.server, args)
+    if args.command == "explain":
+        return _explain(args, server.explain_offline)
     return server.run(args)
 
 

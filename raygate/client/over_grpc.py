@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import grpc
 
 from raygate.client.base import Closing, Token, Watch
-from raygate.contract import admission_status as wire
 from raygate.contract.admission_status import AdmissionStatus, AdmissionStatusList, WatchEvent
 from raygate.contract.errors import (
     GRPC_ERRORS,
@@ -17,6 +16,7 @@ from raygate.contract.errors import (
     RaygateError,
     Unavailable,
 )
+from raygate.contract.messages import from_proto
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 from raygate.contract.proto.raygate.v1 import admission_pb2_grpc
 
@@ -60,7 +60,7 @@ class GrpcAdmissionClient(Closing):
                                    timeout=self.timeout, metadata=self._metadata())
         except grpc.RpcError as exc:
             raise self._error(exc, namespace, name) from exc
-        return wire.from_proto(reply)
+        return from_proto(reply, AdmissionStatus)
 
     def list(self, namespace: str | None = None) -> AdmissionStatusList:
         try:
@@ -68,7 +68,7 @@ class GrpcAdmissionClient(Closing):
                                     timeout=self.timeout, metadata=self._metadata())
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
-        return wire.list_from_proto(reply)
+        return from_proto(reply, AdmissionStatusList)
 
     def watch(self, namespace: str | None = None, name: str | None = None) -> Watch:
         if name is not None and namespace is None:
@@ -85,9 +85,7 @@ class GrpcAdmissionClient(Closing):
                 ) -> Iterator[WatchEvent]:
         try:
             for event in stream:
-                kind = pb.WatchEvent.Type.Name(event.type)
-                yield WatchEvent(kind, wire.from_proto(event.status)
-                                 if event.HasField("status") else None)
+                yield from_proto(event, WatchEvent)
         except grpc.RpcError as exc:
             if isinstance(exc, grpc.Call) and exc.code() is grpc.StatusCode.CANCELLED:
                 return  # Watch.close()

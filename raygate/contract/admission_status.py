@@ -2,20 +2,18 @@
 
 Kubernetes-style camelCase keys; every field is always present (``null`` where a value
 is absent), so a client reads the same shape whatever the state. ``raygate/server/openapi.json``
-describes the same documents; a test checks live replies against it.
+describes the same documents; a test checks live replies against it. The same fields, by
+the same names, are ``raygate.v1``'s protobuf messages (protos/raygate/v1/admission.proto),
+which ``raygate.contract.messages`` maps to and from these structs.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TypeVar
 
 import msgspec
-from google.protobuf.timestamp_pb2 import Timestamp
-
-from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 
 __all__ = [
     "API_VERSION",
@@ -30,9 +28,6 @@ __all__ = [
     "Pod",
     "WatchEvent",
     "changes",
-    "from_proto",
-    "list_from_proto",
-    "to_proto",
 ]
 
 API_VERSION = "raygate.io/v1"
@@ -79,6 +74,8 @@ class Pod(_Base):
     group: str
     node_name: str
     state: str
+    """One of the policy's ``PodState`` values (``raygate.policy.admission.states``, the
+    names' one definition; a test holds the proto enum and openapi.json to them)."""
     reason: str
     since: datetime | None
     """UTC, whole seconds: msgspec writes it in RFC 3339 as Kubernetes writes times
@@ -139,104 +136,3 @@ def changes(sent: Mapping[tuple[str, str], T], now: Mapping[tuple[str, str], T],
             events.append(("MODIFIED", item))
     events += [("DELETED", last) for key, last in sent.items() if key not in now]
     return events
-
-
-# --- the same documents as raygate.v1 protobuf messages ---------------------------------
-# JSON spells enum values as the API documents them ("WaitingForCapacity", "keep"); the
-# protos as buf style asks (WAITING_FOR_CAPACITY, KEEP). An enum value one side does not
-# know becomes 0 (…_UNSPECIFIED) in a message, and "Unknown" in JSON.
-
-
-def _proto_name(value: str) -> str:
-    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", value).upper()
-
-
-def _json_name(names: Iterable[str], proto: str) -> str:
-    for name in names:
-        if _proto_name(name) == proto:
-            return name
-    return "Unknown"
-
-
-POD_STATES = (
-    "Starting", "WaitingForGangAdmission", "WaitingForCapacity", "Unschedulable",
-    "Preempted", "Evicted", "Stuck", "NodeProvisioning", "NoNodeComing",
-)
-POD_ACTIONS = ("keep", "replace")
-SCALE_UP_ACTIONS = ("proceed", "hold")
-
-
-def _enum(enum: Any, value: str) -> int:
-    try:
-        number: int = enum.Value(_proto_name(value))
-    except ValueError:
-        return 0
-    return number
-
-
-def _name(enum: Any, number: int, names: Iterable[str]) -> str:
-    try:
-        proto: str = enum.Name(number)
-    except ValueError:
-        return "Unknown"
-    return _json_name(names, proto)
-
-
-def to_proto(status: AdmissionStatus) -> pb.AdmissionStatus:
-    gang = status.gang
-    return pb.AdmissionStatus(
-        metadata=pb.Metadata(namespace=status.metadata.namespace, name=status.metadata.name,
-                             version=status.metadata.version),
-        gang=pb.Gang(
-            source=None if gang.source is None else pb.ObjectReference(
-                kind=gang.source.kind, namespace=gang.source.namespace, name=gang.source.name),
-            phase=gang.phase, admitted=gang.admitted, min_member=gang.min_member,
-            running=gang.running, reason=gang.reason),
-        groups=[pb.Group(
-            name=g.name, floor=g.floor, desired=g.desired, scheduled=g.scheduled,
-            running=g.running, pending=g.pending, preempted=g.preempted,
-            scale_up=pb.GroupAdvice(
-                action=pb.GroupAdvice.Action.ValueType(
-                    _enum(pb.GroupAdvice.Action, g.scale_up.action)),
-                reason=g.scale_up.reason))
-            for g in status.groups],
-        pods=[pb.Pod(
-            name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
-            state=pb.Pod.State.ValueType(_enum(pb.Pod.State, p.state)), reason=p.reason,
-            since=None if p.since is None else Timestamp(seconds=int(p.since.timestamp())),
-            advice=pb.PodAdvice(
-                action=pb.PodAdvice.Action.ValueType(_enum(pb.PodAdvice.Action, p.advice.action)),
-                reason=p.advice.reason))
-            for p in status.pods],
-    )
-
-
-def from_proto(message: pb.AdmissionStatus) -> AdmissionStatus:
-    gang = message.gang
-    return AdmissionStatus(
-        metadata=Metadata(message.metadata.namespace, message.metadata.name,
-                          message.metadata.version),
-        gang=Gang(
-            source=ObjectReference(gang.source.kind, gang.source.namespace, gang.source.name)
-            if gang.HasField("source") else None,
-            phase=gang.phase, admitted=gang.admitted, min_member=gang.min_member,
-            running=gang.running, reason=gang.reason),
-        groups=[Group(
-            name=g.name, floor=g.floor, desired=g.desired, scheduled=g.scheduled,
-            running=g.running, pending=g.pending, preempted=g.preempted,
-            scale_up=Advice(_name(pb.GroupAdvice.Action, g.scale_up.action, SCALE_UP_ACTIONS),
-                            g.scale_up.reason))
-            for g in message.groups],
-        pods=[Pod(
-            name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
-            state=_name(pb.Pod.State, p.state, POD_STATES), reason=p.reason,
-            since=p.since.ToDatetime(UTC) if p.HasField("since") else None,
-            advice=Advice(_name(pb.PodAdvice.Action, p.advice.action, POD_ACTIONS),
-                          p.advice.reason))
-            for p in message.pods],
-    )
-
-
-def list_from_proto(message: pb.AdmissionStatusList) -> AdmissionStatusList:
-    return AdmissionStatusList(metadata=ListMetadata(message.metadata.version),
-                               items=[from_proto(item) for item in message.items])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from raygate.policy.admission import admission_status, is_running
+from raygate.policy.admission import admission_status, is_running, whole_seconds
 from raygate.policy.classify import gpu_node_reason
 from raygate.policy.config import PolicyConfig
 from raygate.policy.model import ClusterView, NodeView, PodView
@@ -44,16 +44,17 @@ class Explanation:
     role: str
     """``head``, ``floor``, ``surplus``, or ``""`` for pods raygate does not manage."""
     reason: str
-    thrash_guard_until: float | None
+    thrash_guard_until: int | None
+    """Whole seconds since the epoch."""
     thrash_guard_active: bool
     nodes: tuple[NodeExplanation, ...]
     """Best first: passing before refused, then by score, then by name."""
-    admission_state: str = ""
-    """As the admission status says (``WaitingForCapacity``, …), ``Running``, or ``""``
+    admission_state: str | None = None
+    """As the admission status says (``WaitingForCapacity``, …), ``Running``, or None
     when the RayCluster is unknown or the pod is not a Ray pod."""
-    admission_reason: str = ""
-    native_placement: str = ""
-    """raygate's rule in native form on the pod (``_native``), or ``""``."""
+    admission_reason: str | None = None
+    native_placement: str | None = None
+    """raygate's rule in native form on the pod (``_native``), or None."""
 
 
 def _node(name: str, view_node: NodeView | None, decision: Decision,
@@ -102,12 +103,12 @@ def explain(
         rule=decision.rule.value,
         role=decision.role.value if decision.role is not None else "",
         reason=decision.reason,
-        thrash_guard_until=until,
+        thrash_guard_until=whole_seconds(until),
         thrash_guard_active=until is not None and now < until,
         nodes=tuple(nodes),
-        admission_state=state,
-        admission_reason=why,
-        native_placement=_native(pod),
+        admission_state=state or None,
+        admission_reason=why or None,
+        native_placement=_native(pod) or None,
     )
 
 

@@ -28,7 +28,7 @@ from raygate.server.config.settings import (
 if TYPE_CHECKING:
     from raygate.contract.explain import ExplainReply
 
-__all__ = ["KUBERAY_VERSIONS", "Subcommands", "build_parser", "main", "run"]
+__all__ = ["KUBERAY_VERSIONS", "Subcommands", "build_parser", "explain_offline", "main", "run"]
 
 KUBERAY_VERSIONS = ("1.6", "1.7")
 """``check.VERSIONS``, the last the default, spelled here so that building the parser
@@ -222,32 +222,10 @@ def _uninstall(args: argparse.Namespace) -> int:
     return 1 if summary.failures else 0
 
 
-def _explain(args: argparse.Namespace) -> int:
-    # --server needs only the contract's libraries (every install has them: raygate.cli);
-    # offline, the cache and the snapshot loader need the server extra.
-    import msgspec
-
-    from raygate.server.fronts.explain.client import fetch
-    from raygate.server.fronts.explain.table import render_table
-
-    namespace, _, name = args.pod.partition("/")
-    if not namespace or not name:
-        raise CommandError("give the pod as NAMESPACE/NAME")
-    nodes = args.nodes.split(",") if args.nodes else None
-    if args.snapshot or args.demo:
-        reply = _explain_offline(args, namespace, name, nodes)
-    else:
-        reply = fetch(args.server, namespace, name, nodes)
-    if args.output == "json":
-        print(msgspec.json.encode(reply).decode())
-    else:
-        print(render_table(reply), end="")
-    return 0
-
-
-def _explain_offline(args: argparse.Namespace, namespace: str, name: str,
-                     nodes: list[str] | None) -> ExplainReply:
-    """The explanation from a snapshot file or the demo cluster."""
+def explain_offline(args: argparse.Namespace, namespace: str, name: str,
+                    nodes: list[str] | None) -> ExplainReply:
+    """``raygate explain`` without ``--server`` (raygate.cli runs the command): the
+    explanation from a snapshot file or the demo cluster."""
     from raygate.policy.config import PolicyConfig
     from raygate.server.cache.cluster import ClusterCache
     from raygate.server.cache.editor import build_snapshot
@@ -306,11 +284,11 @@ def run(args: argparse.Namespace) -> int:
         return _serve(args)
     if args.command == "check":
         return _check(args)
-    if args.command == "explain":
-        return _explain(args)
     if args.command == "uninstall":
         return _uninstall(args)
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    # explain: raygate.cli runs it (its --server half is the client's); argparse rejects
+    # the rest.
+    return 2  # pragma: no cover
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from raygate.cli import EXTRA_OF
-from raygate.server.cli import main as full_main
+from raygate.cli import main as full_main
 from tests.conftest import ServerThread, start_demo_server
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -61,7 +61,7 @@ def _console_blocks(readme: str) -> list[tuple[list[str], str]]:
 def test_console_examples_are_real_output(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from raygate.server.cli import main
+    from raygate.cli import main
 
     monkeypatch.chdir(ROOT)
     blocks = _console_blocks(documentation())

@@ -15,8 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from raygate.client import GrpcAdmissionClient, HttpAdmissionClient
-from raygate.contract.admission_status import WatchEvent, from_proto, to_proto
+from raygate.contract.admission_status import AdmissionStatus, WatchEvent
 from raygate.contract.errors import BadRequest, RayClusterNotFound, Unavailable
+from raygate.contract.messages import from_proto, to_proto
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 from raygate.contract.proto.raygate.v1 import admission_pb2_grpc
 from raygate.policy.config import PolicyConfig
@@ -104,7 +105,7 @@ def test_raw_messages(server: ServerThread, target: str) -> None:
     overflow = next(g for g in status.groups if g.name == "overflow")
     assert (overflow.preempted, overflow.scale_up.action) == (1, pb.GroupAdvice.HOLD)
     assert list(listing.items) == [status]
-    assert to_proto(from_proto(status)) == status
+    assert to_proto(from_proto(status, AdmissionStatus), pb.AdmissionStatus) == status
 
 
 def test_list_by_namespace(server: ServerThread, api: GrpcAdmissionClient) -> None:

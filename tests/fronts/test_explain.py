@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from raygate.cli import main
 from raygate.contract.proto.raygate.v1 import explain_pb2 as pb
 from raygate.contract.proto.raygate.v1 import explain_pb2_grpc
-from raygate.server.cli import main
 from testkit.builders import T0, Obj, make_node, make_pod, make_raycluster, object_list
 from tests.conftest import ServerThread, post_json
 

@@ -142,9 +142,9 @@ EXPECTED = sc.EXPECTED_PODS
 def test_pod_states(scenario: str, pod: str, state: str, rule: str, action: str) -> None:
     status = derive(sc.SCENARIOS[scenario](), sc.CLUSTERS[scenario]).status
     got = pods_by_name(status)[pod]
-    assert (got.state, got.rule, got.advice) == (PodState(state), rule, PodAction(action)), (
+    assert (got.state, got.rule, got.advice.action) == (PodState(state), rule, PodAction(action)), (
         got.reason)
-    assert got.reason and got.advice_reason
+    assert got.reason and got.advice.reason
 
 
 @pytest.mark.parametrize("scenario", sorted(sc.SCENARIOS))
@@ -195,7 +195,8 @@ def test_a_kubelet_evicted_pod_is_listed() -> None:
                .condition("DisruptionTarget", "True", "TerminationByKubelet",
                           "The node was low on resource: memory.", sc.at(-3)).obj())
     status = derive([make_raycluster("rc").group("w", replicas=1).obj(), evicted], "rc").status
-    assert [(p.state, p.advice) for p in status.pods] == [(PodState.EVICTED, PodAction.REPLACE)]
+    assert [(p.state, p.advice.action) for p in status.pods] == [
+        (PodState.EVICTED, PodAction.REPLACE)]
 
 
 # --- time -------------------------------------------------------------------------------------

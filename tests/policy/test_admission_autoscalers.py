@@ -81,8 +81,8 @@ SCALE_UP = [
 @pytest.mark.parametrize(("group", "decision", "words"), SCALE_UP)
 def test_group_advice(group: str, decision: ScaleUp, words: str) -> None:
     groups = {g.name: g for g in derive(sc.node_autoscaler(), "auto").status.groups}
-    assert groups[group].scale_up is decision
-    assert words in groups[group].scale_up_reason
+    assert groups[group].scale_up.action is decision
+    assert words in groups[group].scale_up.reason
     assert groups[group].pending == 1 or group == "karp"
 
 

@@ -117,8 +117,8 @@ def test_the_gang_is_the_current_slice(case: Case) -> None:
         assert state is case.pod_state
         assert case.pod_says in reason
     worker = {g.name: g for g in status.groups}["w"]
-    assert worker.scale_up is case.scale_up
-    assert case.scale_up_says in worker.scale_up_reason
+    assert worker.scale_up.action is case.scale_up
+    assert case.scale_up_says in worker.scale_up.reason
 
 
 def test_a_slice_left_by_a_deleted_raycluster_of_the_same_name_is_not_the_gang() -> None:

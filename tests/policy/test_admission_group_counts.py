@@ -16,7 +16,7 @@ from tests.policy.derivation import derive
 
 def _groups(status: AdmissionStatus) -> dict[str, tuple[Any, ...]]:
     return {g.name: (g.floor, g.desired, g.scheduled, g.running, g.pending, g.preempted,
-                     g.scale_up) for g in status.groups}
+                     g.scale_up.action) for g in status.groups}
 
 
 def test_group_counts_and_scale_up() -> None:
@@ -41,7 +41,7 @@ def test_group_counts_and_scale_up() -> None:
 def test_scale_up_reasons() -> None:
     def reason(scenario: str, group: str) -> str:
         status = derive(sc.SCENARIOS[scenario](), sc.CLUSTERS[scenario]).status
-        return next(g.scale_up_reason for g in status.groups if g.name == group)
+        return next(g.scale_up.reason for g in status.groups if g.name == group)
 
     assert "wait for admission" in reason("inqueue-gang", "workers")
     assert "2 pods of this group already waiting for capacity" in reason(
@@ -57,5 +57,5 @@ def test_suspended_cluster_holds() -> None:
     rc["spec"]["suspend"] = True
     status = derive([rc], "rc").status
     w = next(g for g in status.groups if g.name == "w")
-    assert (w.desired, w.floor, w.scale_up) == (0, 0, ScaleUp.HOLD)
-    assert "suspended" in w.scale_up_reason
+    assert (w.desired, w.floor, w.scale_up.action) == (0, 0, ScaleUp.HOLD)
+    assert "suspended" in w.scale_up.reason

@@ -97,7 +97,7 @@ def test_the_gang_is_the_workload_of_the_clusters_owner(case: Case) -> None:
     expected = None if case.source is None else GangSource("Workload", "ray", case.source)
     assert (gang.source, gang.phase, gang.admitted) == (expected, case.phase, case.admitted)
     assert case.reason in gang.reason
-    worker = {g.name: g.scale_up for g in status.groups}["w"]
+    worker = {g.name: g.scale_up.action for g in status.groups}["w"]
     assert worker is (ScaleUp.PROCEED if case.admitted else ScaleUp.HOLD)
     if not case.admitted:
         assert [p.state for p in status.pods] == [PodState.WAITING_FOR_GANG_ADMISSION]
@@ -110,4 +110,4 @@ def test_explain_names_the_rayjobs_workload() -> None:
     assert view is not None
     said = explain(view, snap, CONFIG, T0_EPOCH, ())
     assert said.admission_state == PodState.WAITING_FOR_GANG_ADMISSION.value
-    assert f"Workload ray/{WORKLOAD} is being evicted" in said.admission_reason
+    assert f"Workload ray/{WORKLOAD} is being evicted" in (said.admission_reason or "")

@@ -134,11 +134,11 @@ def test_the_admission_status_reports_a_held_scale_up_as_one() -> None:
     assert [(p.state, p.rule) for p in held] == [
         (PodState.WAITING_FOR_CAPACITY, "scale-up-held")] * 4
     assert {p.since for p in held} == {T0_EPOCH}  # the batch's, for every pod
-    assert held[0].advice_reason.startswith("raygate releases the whole scale-up")
+    assert held[0].advice.reason.startswith("raygate releases the whole scale-up")
     assert held[0].reason == ("a scale-up of 4 surplus workers held together until all fit: "
                               "2 of 4 fit the cluster as it is; the next asks for cpu 2")
     group = next(g for g in derived.status.groups if g.name == "g")
-    assert group.scale_up is ScaleUp.HOLD and held[0].reason in group.scale_up_reason
+    assert group.scale_up.action is ScaleUp.HOLD and held[0].reason in group.scale_up.reason
     assert derived.next_change is not None and derived.next_change <= T0_EPOCH + 31
 
 

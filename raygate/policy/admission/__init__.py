@@ -41,7 +41,15 @@ from raygate.policy.admission.pods import (
     derive_pod,
     no_node_coming,
 )
-from raygate.policy.admission.states import PENDING_STATES, PodAction, PodState, ScaleUp, is_running
+from raygate.policy.admission.states import (
+    PENDING_STATES,
+    Advice,
+    PodAction,
+    PodState,
+    ScaleUp,
+    is_running,
+    whole_seconds,
+)
 from raygate.policy.admission.status import (
     AdmissionStatus,
     Derivation,
@@ -57,6 +65,7 @@ __all__ = [
     "POD_RULES",
     "SCALE_UP_RULES",
     "AdmissionStatus",
+    "Advice",
     "Derivation",
     "GangSource",
     "GangStatus",
@@ -75,4 +84,5 @@ __all__ = [
     "derive_pod",
     "is_running",
     "no_node_coming",
+    "whole_seconds",
 ]

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from raygate.policy.admission.gang import GangStatus
 from raygate.policy.admission.pods import PodStatus
-from raygate.policy.admission.states import PENDING_STATES, PodState, ScaleUp, is_running
+from raygate.policy.admission.states import (
+    PENDING_STATES,
+    Advice,
+    PodState,
+    ScaleUp,
+    is_running,
+)
 from raygate.policy.classify import HEAD_GROUP, group_floor
 from raygate.policy.config import PolicyConfig
 from raygate.policy.model import (
@@ -32,8 +38,7 @@ class GroupStatus:
     """Live pods not running yet (Starting, Waiting*, Unschedulable, Stuck)."""
     preempted: int
     """Pods the scheduler preempted within the thrash-guard window."""
-    scale_up: ScaleUp
-    scale_up_reason: str
+    scale_up: Advice[ScaleUp]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,5 +161,5 @@ def group_status(
         name=group, floor=group_floor(cluster, group), desired=_desired(cluster, group),
         scheduled=view.scheduled_count(key), running=running,
         pending=sum(states.values()), preempted=len(inside),
-        scale_up=rule.decision, scale_up_reason=rule.reason(facts),
+        scale_up=Advice(rule.decision, rule.reason(facts)),
     ), min(inside, default=None)

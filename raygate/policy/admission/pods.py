@@ -9,7 +9,14 @@ from types import MappingProxyType
 
 from raygate.policy.admission.autoscalers import NodeOutlook, NodeSignal, node_signal
 from raygate.policy.admission.gang import GangFacts, GangStatus
-from raygate.policy.admission.states import PodAction, PodState, is_running, true_condition
+from raygate.policy.admission.states import (
+    Advice,
+    PodAction,
+    PodState,
+    is_running,
+    true_condition,
+    whole_seconds,
+)
 from raygate.policy.admission.verdicts import (
     INSUFFICIENT,
     SKIPPED_FOR_SIBLING,
@@ -17,12 +24,7 @@ from raygate.policy.admission.verdicts import (
     classify_verdict,
 )
 from raygate.policy.config import PolicyConfig
-from raygate.policy.model import (
-    PREEMPTION_REASON,
-    ClusterView,
-    Condition,
-    PodView,
-)
+from raygate.policy.model import PREEMPTION_REASON, ClusterView, Condition, PodView
 from raygate.policy.native import GATE
 from raygate.policy.scale_up import KUEUE_GATE, Batch
 
@@ -334,10 +336,9 @@ class PodStatus:
     node_name: str
     state: PodState
     reason: str
-    since: float | None
-    """When the wait (or the disruption) began: seconds since the epoch."""
-    advice: PodAction
-    advice_reason: str
+    since: int | None
+    """When the wait (or the disruption) began: whole seconds since the epoch."""
+    advice: Advice[PodAction]
     rule: str
     """The ``POD_RULES`` row that decided the state (for tests and logs)."""
 
@@ -364,14 +365,13 @@ def derive_pod(facts: PodFacts) -> tuple[PodStatus, float | None]:
     for rule in POD_RULES:
         if rule.applies(facts):
             action, why = POD_ADVICE[rule.state]
-            why = rule.why or why
+            advice = Advice(action, rule.why or why)
             pod = facts.pod
             status = PodStatus(
                 pod.name, pod.uid, pod.group_key.group, pod.node_name, rule.state,
-                rule.reason(facts), rule.since(facts), action, why, rule.name)
+                rule.reason(facts), whole_seconds(rule.since(facts)), advice, rule.name)
             return status, (rule.until(facts) if rule.until is not None else None)
     raise AssertionError("the last rule of POD_RULES applies to every pod")  # pragma: no cover
-
 
 
 def _node_signal(pod: PodView, scheduled: Condition | None, verdict: SchedulerVerdict, *,

@@ -1,9 +1,13 @@
 """The states, actions and advice words of the admission status (the closed sets
-its API speaks)."""
+its API speaks: their one definition, which the proto enums and openapi.json are tested
+against), and how its times are told."""
 
 from __future__ import annotations
 
-from enum import Enum
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, TypeVar
 
 from raygate.policy.model import (
     Condition,
@@ -11,7 +15,9 @@ from raygate.policy.model import (
 )
 
 
-class PodState(Enum):
+# StrEnums: the API's structs are filled from the policy's results by field name
+# (raygate.contract.messages), and a str enum is its string there.
+class PodState(StrEnum):
     """Why a pod is not running: a closed set, one per pod."""
 
     STARTING = "Starting"
@@ -41,7 +47,7 @@ class PodState(Enum):
     node raygate refuses it (stranded)."""
 
 
-class PodAction(Enum):
+class PodAction(StrEnum):
     KEEP = "keep"
     """Leave the pod alone: the scheduler (or the kubelet) has it in hand, and deleting
     and recreating it changes nothing."""
@@ -49,9 +55,26 @@ class PodAction(Enum):
     """The pod will not run as it is: count it as lost; a fresh pod may do better."""
 
 
-class ScaleUp(Enum):
+class ScaleUp(StrEnum):
     PROCEED = "proceed"
     HOLD = "hold"
+
+
+A = TypeVar("A", PodAction, ScaleUp)
+
+
+@dataclass(frozen=True, slots=True)
+class Advice(Generic[A]):
+    """What to do (about a pod, or a group's scale-up), and why in words."""
+
+    action: A
+    reason: str
+
+
+def whole_seconds(epoch: float | None) -> int | None:
+    """A time as the API tells it: whole seconds since the epoch (as Kubernetes writes
+    times; an autoscaler's event may carry a fraction)."""
+    return None if epoch is None else math.floor(epoch)
 
 
 # States of a pod that is still a live member of its group, waiting to run (the group's

@@ -1,15 +1,13 @@
 """msgspec structs for the JSON raygate reads and writes, decoding only the fields used."""
 
-import math
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TypeVar
 
 import msgspec
 
 from raygate.contract.errors import BadRequest
 
-__all__ = ["DECODE_ERRORS", "decode", "utc_seconds"]
+__all__ = ["DECODE_ERRORS", "decode"]
 
 DECODE_ERRORS: tuple[type[Exception], ...] = (msgspec.DecodeError, RecursionError)
 """What decoding untrusted JSON may raise: msgspec's own errors (``ValidationError`` is
@@ -36,11 +34,3 @@ def decode(decoder: Callable[[B], T], body: B, what: str = "request", at: str = 
                        else f"{message} - at `{at}`")
         raise BadRequest(f"cannot decode {what}: {message}") from None
 
-
-def utc_seconds(epoch: float | None) -> datetime | None:
-    """Seconds since the epoch as a UTC time of whole seconds, which msgspec writes in
-    RFC 3339 as Kubernetes writes times (``2026-11-30T04:50:52Z``: msgspec adds a
-    fraction only when there is one)."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(math.floor(epoch), UTC)

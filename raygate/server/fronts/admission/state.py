@@ -9,10 +9,10 @@ import hashlib
 import msgspec
 
 from raygate.contract import admission_status as wire
+from raygate.contract.messages import from_attributes, to_proto
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 from raygate.policy.admission import AdmissionStatus, Derivation
 from raygate.server.cache.snapshot import Changes, Snapshot
-from raygate.server.wire import utc_seconds
 
 Key = tuple[str, str]
 """(namespace, name) of a RayCluster."""
@@ -23,26 +23,13 @@ Scope = tuple[str | None, str | None]
 
 
 def to_wire(status: AdmissionStatus, version: str) -> wire.AdmissionStatus:
-    gang = status.gang
-    source = gang.source
+    """The policy's status as the API's: the metadata the server gives it (the version
+    is the server's), the rest by field name."""
     return wire.AdmissionStatus(
         metadata=wire.Metadata(status.namespace, status.name, version),
-        gang=wire.Gang(
-            source=None if source is None else wire.ObjectReference(
-                source.kind, source.namespace, source.name),
-            phase=gang.phase, admitted=gang.admitted, min_member=gang.min_member,
-            running=gang.running, reason=gang.reason),
-        groups=[wire.Group(
-            name=g.name, floor=g.floor, desired=g.desired, scheduled=g.scheduled,
-            running=g.running, pending=g.pending, preempted=g.preempted,
-            scale_up=wire.Advice(g.scale_up.value, g.scale_up_reason))
-            for g in status.groups],
-        pods=[wire.Pod(
-            name=p.name, uid=p.uid, group=p.group, node_name=p.node_name,
-            state=p.state.value, reason=p.reason, since=utc_seconds(p.since),
-            advice=wire.Advice(p.advice.value, p.advice_reason))
-            for p in status.pods],
-    )
+        gang=from_attributes(status.gang, wire.Gang),
+        groups=from_attributes(status.groups, list[wire.Group]),
+        pods=from_attributes(status.pods, list[wire.Pod]))
 
 
 def version_of(data: bytes) -> str:
@@ -64,8 +51,10 @@ class Entry:
         self.derived_at = derived_at
         # The version hashes the content alone (an empty version in its place): equal
         # statuses, equal versions, whenever they were derived.
-        self.version = version_of(msgspec.json.encode(to_wire(status, "")))
-        self.status = to_wire(status, self.version)
+        unversioned = to_wire(status, "")
+        self.version = version_of(msgspec.json.encode(unversioned))
+        self.status = msgspec.structs.replace(unversioned, metadata=msgspec.structs.replace(
+            unversioned.metadata, version=self.version))
         self.body = msgspec.json.encode(self.status)
         self._proto: pb.AdmissionStatus | None = None
         self._events: dict[str, pb.WatchEvent] = {}
@@ -73,7 +62,7 @@ class Entry:
     def proto(self) -> pb.AdmissionStatus:
         """The gRPC message, built on first use and shared by every stream."""
         if self._proto is None:
-            self._proto = wire.to_proto(self.status)
+            self._proto = to_proto(self.status, pb.AdmissionStatus)
         return self._proto
 
     def watch_event(self, kind: str) -> pb.WatchEvent:

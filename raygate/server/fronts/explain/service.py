@@ -7,27 +7,19 @@ import time
 from collections.abc import Callable, Sequence
 
 from raygate.contract.errors import NotFound
-from raygate.contract.explain import ExplainReply, NodeReply
+from raygate.contract.explain import ExplainReply
+from raygate.contract.messages import from_attributes
 from raygate.policy.explain import Explanation, explain
 from raygate.policy.model import PodView
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Snapshot
-from raygate.server.wire import utc_seconds
 
 __all__ = ["ExplainService", "explain_pod", "find_pod", "to_wire"]
 
 
-def to_wire(e: Explanation) -> ExplainReply:
-    return ExplainReply(
-        pod=e.pod, verdict=e.verdict, rule=e.rule, role=e.role, reason=e.reason,
-        thrash_guard_until=utc_seconds(e.thrash_guard_until),
-        thrash_guard_active=e.thrash_guard_active,
-        admission_state=e.admission_state or None,
-        admission_reason=e.admission_reason or None,
-        native_placement=e.native_placement or None,
-        nodes=[NodeReply(n.name, n.node_class, n.class_reason, n.passes, n.rule, n.reason,
-                         n.score) for n in e.nodes],
-    )
+def to_wire(explanation: Explanation) -> ExplainReply:
+    """The policy's explanation as the API's reply, by field name."""
+    return from_attributes(explanation, ExplainReply)
 
 
 def find_pod(snap: Snapshot, namespace: str, name: str) -> PodView | None:

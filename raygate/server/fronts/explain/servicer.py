@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 
 from raygate.contract.errors import BadRequest, RaygateError, grpc_status_for
+from raygate.contract.messages import to_proto
 from raygate.contract.proto.raygate.v1 import explain_pb2 as pb
 from raygate.contract.proto.raygate.v1 import explain_pb2_grpc
-from raygate.server.fronts.explain.proto import to_proto
 from raygate.server.fronts.explain.service import ExplainService
 
 __all__ = ["SERVICE_NAME", "add_explain_service"]
@@ -25,8 +25,9 @@ class _Servicer(explain_pb2_grpc.ExplainServicer):
         try:
             if not request.namespace or not request.name:
                 raise BadRequest("namespace and name are required")
-            return to_proto(self.service.explain(request.namespace, request.name,
-                                                 list(request.node_names)))
+            reply = self.service.explain(request.namespace, request.name,
+                                         list(request.node_names))
+            return to_proto(reply, pb.Explanation)
         except RaygateError as exc:
             code, details, trailer = grpc_status_for(exc)
             await context.abort(code, details, trailer)

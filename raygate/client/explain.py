@@ -17,9 +17,9 @@ from raygate.contract.errors import (
     Unavailable,
 )
 from raygate.contract.explain import ExplainReply
+from raygate.contract.messages import from_proto
 from raygate.contract.proto.raygate.v1 import explain_pb2 as pb
 from raygate.contract.proto.raygate.v1 import explain_pb2_grpc
-from raygate.server.fronts.explain.proto import from_proto
 
 __all__ = ["fetch"]
 
@@ -39,7 +39,7 @@ def fetch(url: str, namespace: str, name: str, node_names: Sequence[str] | None,
                 code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
                 raise GRPC_ERRORS.get(code, RaygateError)(
                     f"raygate at {url}: {exc.details()}") from None
-            return from_proto(message)
+            return from_proto(message, ExplainReply)
     if parts.scheme not in ("http", "https"):
         raise BadRequest(f"expected an http:// or grpc:// URL, got {url!r}")
     query = f"?nodes={','.join(node_names)}" if node_names else ""
