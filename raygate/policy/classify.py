@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
 
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
 from raygate.policy.devices import claim_gpu_reason
 from raygate.policy.model import (
     PREEMPTION_REASON,
-    ClusterView,
     NodeView,
     PodView,
     PreemptionRecord,

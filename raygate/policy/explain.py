@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from raygate.policy.admission import admission_status, is_running, whole_seconds
 from raygate.policy.classify import gpu_node_reason
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
-from raygate.policy.model import ClusterView, NodeView, PodView
+from raygate.policy.model import NodeView, PodView
 from raygate.policy.native import ANNOTATION_ADMITTED, GATE, LABEL_ROLE, LABEL_RULE
 from raygate.policy.placement import Decision, Placement, decide, score, thrash_guard_until
 

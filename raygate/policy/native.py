@@ -35,8 +35,9 @@ from enum import Enum
 from types import MappingProxyType
 
 from raygate.policy.classify import LABEL_ROLE, LABEL_RULE, RoleVerdict, fixed_role_or_floor
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
-from raygate.policy.model import ClusterView, GroupKey, NodeAffinityShape, PodView, Role
+from raygate.policy.model import GroupKey, NodeAffinityShape, PodView, Role
 from raygate.policy.placement import Decision, Placement, Rule, decide
 
 __all__ = [

@@ -12,8 +12,9 @@ from enum import Enum
 from itertools import filterfalse
 
 from raygate.policy.classify import RoleVerdict, gpu_pod_reason, pod_role
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import GpuNodesForSurplus, PolicyConfig
-from raygate.policy.model import ClusterView, PodView, Role
+from raygate.policy.model import PodView, Role
 
 __all__ = [
     "MAX_SCORE",

@@ -38,8 +38,9 @@ from functools import partial
 from types import MappingProxyType
 
 from raygate.policy.classify import RoleVerdict, pod_requests
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import NodeAutoscaler, PolicyConfig
-from raygate.policy.model import ClusterView, NodeView, PodView, RayClusterView, Role
+from raygate.policy.model import NodeView, PodView, RayClusterView, Role
 from raygate.policy.native import GATE, release_role
 from raygate.policy.placement import Placement, decide
 

@@ -10,14 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raygate.policy.classify import group_floor, group_roles, pod_requests
-from raygate.policy.model import (
-    ANNOTATION_PREEMPTABLE,
-    ClusterView,
-    GroupKey,
-    NodeView,
-    PodView,
-    Role,
-)
+from raygate.policy.cluster_view import ClusterView
+from raygate.policy.model import ANNOTATION_PREEMPTABLE, GroupKey, NodeView, PodView, Role
 from raygate.policy.placement import Decision
 
 __all__ = [

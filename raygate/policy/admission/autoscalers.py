@@ -33,8 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
-from raygate.policy.model import ClusterView, PodEventView, PodView
+from raygate.policy.model import PodEventView, PodView
 from raygate.policy.placement import decide, thrash_guard_until
 
 __all__ = [

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from raygate.policy.admission.states import is_running
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.model import (
     ANNOTATION_GROUP_NAME,
-    ClusterView,
     Condition,
     GangGroupView,
     PodGroupView,

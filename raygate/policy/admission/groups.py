@@ -16,12 +16,9 @@ from raygate.policy.admission.states import (
     is_running,
 )
 from raygate.policy.classify import HEAD_GROUP, group_floor
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
-from raygate.policy.model import (
-    ClusterView,
-    GroupKey,
-    RayClusterView,
-)
+from raygate.policy.model import GroupKey, RayClusterView
 
 
 @dataclass(frozen=True, slots=True)

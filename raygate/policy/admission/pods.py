@@ -23,8 +23,9 @@ from raygate.policy.admission.verdicts import (
     SchedulerVerdict,
     classify_verdict,
 )
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
-from raygate.policy.model import PREEMPTION_REASON, ClusterView, Condition, PodView
+from raygate.policy.model import PREEMPTION_REASON, Condition, PodView
 from raygate.policy.native import GATE
 from raygate.policy.scale_up import KUEUE_GATE, Batch
 

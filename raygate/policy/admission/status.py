@@ -11,14 +11,9 @@ from raygate.policy.admission.groups import GroupStatus, group_status
 from raygate.policy.admission.pods import PodStatus, derive_pod, is_listed, pod_facts
 from raygate.policy.admission.verdicts import SKIPPED_FOR_SIBLING
 from raygate.policy.classify import HEAD_GROUP
+from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
-from raygate.policy.model import (
-    ClusterView,
-    Condition,
-    GroupKey,
-    PodView,
-    RayClusterView,
-)
+from raygate.policy.model import Condition, GroupKey, PodView, RayClusterView
 from raygate.policy.scale_up import scale_up_batch
 
 HELD_BATCH_RECHECK_SECONDS = 1.0

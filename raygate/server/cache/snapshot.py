@@ -17,7 +17,7 @@ node appears, disappears or changes class, and an edit then copies them once (O(
 
 Pods are indexed by UID, by node, by RayCluster group and by RayCluster. The tuples of
 ``pods_on_node``, ``group_pods``, ``cluster_pods`` and ``rayclusters`` come in no
-particular order; ``Snapshot`` implements ``raygate.policy.model.ClusterView``."""
+particular order; ``Snapshot`` implements ``raygate.policy.cluster_view.ClusterView``."""
 
 from __future__ import annotations
 
@@ -114,7 +114,8 @@ _serials = itertools.count(1)
 
 
 class Snapshot:
-    """One immutable, indexed state of the cluster. Implements ``raygate.policy.model.ClusterView``.
+    """One immutable, indexed state of the cluster. Implements
+    ``raygate.policy.cluster_view.ClusterView``.
 
     Made by ``raygate.server.cache.editor`` only: ``build_snapshot(objects, config)``
     builds one whole, ``SnapshotEditor(snapshot)`` starts the next from this one.
@@ -157,7 +158,7 @@ class Snapshot:
         snap._ignored = Counter()
         return snap
 
-    # --- policy.model.ClusterView -------------------------------------------------------
+    # --- policy.cluster_view.ClusterView ---------------------------------------------------
     def node(self, name: str) -> NodeView | None:
         return _held(self.indexes.nodes, name)
 

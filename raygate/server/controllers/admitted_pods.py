@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import threading
 
-from raygate.policy.model import ClusterView, GroupKey, Role
+from raygate.policy.cluster_view import ClusterView
+from raygate.policy.model import GroupKey, Role
 from raygate.policy.native import ANNOTATION_ADMITTED
 
 __all__ = ["HOLD_SECONDS", "AdmittedPods"]
