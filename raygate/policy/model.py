@@ -17,26 +17,10 @@ from typing import Protocol
 from raygate.policy.constraints import NodeConstraints, Taint
 from raygate.policy.devices import ClaimView, GpuDevices, PodClaim
 
-__all__ = [
-    "EMPTY",
-    "ClusterView",
-    "Condition",
-    "ContainerResources",
-    "GangGroupView",
-    "GroupKey",
-    "NodeAffinityShape",
-    "NodeClaimView",
-    "NodeView",
-    "OwnerRef",
-    "PodEventView",
-    "PodGroupView",
-    "PodView",
-    "PreemptionRecord",
-    "RayClusterView",
-    "Role",
-    "WorkerGroupSpec",
-    "WorkloadView",
-]
+__all__ = ["EMPTY", "ClusterView", "Condition", "ContainerResources", "GangGroupView",
+           "GroupKey", "NodeAffinityShape", "NodeClaimView", "NodeView", "OwnerRef",
+           "PodEventView", "PodGroupView", "PodView", "PreemptionRecord", "RayClusterView",
+           "Role", "WorkerGroupSpec", "WorkloadView"]
 
 EMPTY: Mapping[str, int] = MappingProxyType({})
 _NO_LABELS: Mapping[str, str] = MappingProxyType({})
@@ -216,6 +200,9 @@ class WorkerGroupSpec:
     max_replicas: int = 2147483647
     num_of_hosts: int = 1
     suspended: bool = False
+    scale_gates: tuple[Mapping[str, str], ...] = ()
+    """``scaleStrategy.scaleGate``: each entry's string fields, in order, whoever wrote it
+    (kuberay#5094; ``policy.scale_gates``); () where the CRD has no such field."""
 
 
 @dataclass(frozen=True, slots=True)
