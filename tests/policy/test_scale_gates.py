@@ -28,12 +28,15 @@ def group(name: str = "g", *, pending: int = 1, preempted: int = 0) -> GroupStat
     return GroupStatus(name, 0, 1, 0, 0, pending, preempted, ScaleUp.HOLD, "")
 
 
+PENDING = group()
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
     pods: tuple[PodStatus, ...]
     gates: set[str]
-    status: GroupStatus = group()
+    status: GroupStatus = PENDING
 
 
 CASES = [
