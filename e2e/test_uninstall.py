@@ -20,7 +20,8 @@ so the test plays the kubelet for two pods:
   stand-in, as a kubelet ends a pod. The hook waits for that before it releases anything.
 
 KubeRay 1.6.1's CRD prunes ``scaleStrategy.scaleGate``, the field raygate's scale gates
-(issue #40) will write: the CRD is widened on this testbed alone.
+write: the testbed's stand-in of it (``testbed.kuberay_standin``, keyed by ``type``) is
+used.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from testbed.cluster import Testbed
 pytestmark = pytest.mark.e2e
 
 HOOK_ANNOTATION = "helm.sh/hook"
-RAYGATE_SCALE_GATE = {"name": "raygate.io/scale-up"}
-OTHER_SCALE_GATE = {"name": "example.com/keep"}
+RAYGATE_SCALE_GATE = {"type": "raygate.io/scale-up"}  # keyed as the stand-in CRD has it
+OTHER_SCALE_GATE = {"type": "example.com/keep"}
 WORKERS = 3
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from testbed import components
+from testbed import components, kuberay_standin
 from testbed.addon import answers
 from testbed.cluster import REPO, Testbed, running_testbed
 from testbed.common import binary, write_kubeconfig
@@ -59,21 +59,12 @@ def chart_testbed(workdir: Path) -> Iterator[Testbed]:
         yield bed
 
 
-SCALE_GATE = {"type": "array", "items": {"type": "object", "required": ["name"],
-                                         "properties": {"name": {"type": "string"}}}}
-
-
 def widen_scale_strategy(bed: Testbed) -> None:
-    """Give KubeRay's RayCluster CRD ``workerGroupSpecs[].scaleStrategy.scaleGate`` (a list
-    of named entries), which KubeRay 1.6.1's prunes: a stand-in for the KubeRay that
-    raygate's scale gates (issue #40) will write into, on this testbed alone."""
-    crd = json.loads(bed.kubectl("get", "crd", "rayclusters.ray.io", "-o", "json").stdout)
-    index = next(i for i, v in enumerate(crd["spec"]["versions"]) if v["name"] == "v1")
-    path = (f"/spec/versions/{index}/schema/openAPIV3Schema/properties/spec/properties/"
-            "workerGroupSpecs/items/properties/scaleStrategy/properties/scaleGate")
-    bed.kubectl("patch", "crd", "rayclusters.ray.io", "--type=json", "-p",
-                json.dumps([{"op": "add", "path": path, "value": SCALE_GATE}]))
-    bed.kubectl("wait", "--for=condition=Established", "crd/rayclusters.ray.io")
+    """Make sure KubeRay's RayCluster CRD has ``workerGroupSpecs[].scaleStrategy.scaleGate``,
+    which KubeRay 1.6.1's prunes: the testbed's stand-in (``testbed.kuberay_standin``, a
+    list-map keyed by ``type``, as kuberay#5094 has it), which the KubeRay add-on gives it
+    already; idempotent."""
+    kuberay_standin.extend(bed)
 
 
 class ChartRaygate:

@@ -102,6 +102,11 @@ class PolicyConfig:
     complete and may be released. Default 2 s: KubeRay creates one scale-up's workers in
     one reconcile, well within it."""
 
+    scale_gates: bool = True
+    """Write raygate's scale gates (``raygate.policy.scale_gates``) into the RayClusters'
+    ``workerGroupSpecs[].scaleStrategy.scaleGate`` where the CRD has the field. Default on;
+    off: raygate removes those it wrote."""
+
 
 class _Bad(ValueError):
     """One setting's value cannot be used; the message says where and why."""
@@ -147,6 +152,12 @@ def _node_autoscaler(value: Any, path: str) -> NodeAutoscaler:
     return NodeAutoscaler(value)
 
 
+def _switch(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f"{path}: expected true or false, got {value!r}")
+    return value
+
+
 def _score_scale(value: Any, path: str) -> float:
     scale = _number(value)
     if scale is None or not 0 <= scale < 1e9:
@@ -173,6 +184,7 @@ _POLICY_KEYS: Mapping[str, tuple[str, Callable[[Any, str], Any]]] = {
     "stuckStartingSeconds": ("stuck_starting_seconds", _stuck_seconds),
     "nodeAutoscaler": ("node_autoscaler", _node_autoscaler),
     "scaleUpSettleSeconds": ("scale_up_settle_seconds", _guard_seconds),
+    "scaleGates": ("scale_gates", _switch),
 }
 """Each key of the file's ``policy:`` section: the ``PolicyConfig`` field and its check."""
 

@@ -214,6 +214,9 @@ class WorkerGroupSpec:
     max_replicas: int = 2147483647
     num_of_hosts: int = 1
     suspended: bool = False
+    scale_gates: tuple[Mapping[str, str], ...] = ()
+    """``scaleStrategy.scaleGate``: each entry's string fields, in order, whoever wrote it
+    (kuberay#5094; ``policy.scale_gates``); () where the CRD has no such field."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from raygate.policy.config import GpuNodesForSurplus, PolicyConfig
 from raygate.policy.model import PodView, Role
 
 __all__ = [
+    "GPU_REFUSAL",
     "MAX_SCORE",
     "Decision",
     "Placement",
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+GPU_REFUSAL = ": GPU node refused to a "
+"""In every message of a GPU node refused (``raygate: <rule>: GPU node refused to a ...``):
+kube-scheduler repeats it in the pod's ``PodScheduled`` message (``policy.scale_gates``)."""
 MIN_SCORE = 0
 
 
@@ -133,7 +137,7 @@ def _avoid(rule: Rule, role: RoleVerdict, reason: str, clock_dependent: bool = F
            ) -> Decision:
     return Decision(
         Placement.AVOID_GPU, rule, role.role, reason,
-        gpu_node_message=f"raygate: {rule.value}: GPU node refused to a {reason}",
+        gpu_node_message=f"raygate: {rule.value}{GPU_REFUSAL}{reason}",
         cluster_unknown=role.cluster_unknown, clock_dependent=clock_dependent,
     )
 

@@ -39,6 +39,7 @@ from raygate.server.controllers.floor_budgets import BudgetApi, FloorBudgets
 from raygate.server.controllers.follow import Follower
 from raygate.server.controllers.gate_release import GateRelease, PatchPod
 from raygate.server.controllers.no_node_events import NoNodeComingEvents
+from raygate.server.controllers.scale_gates import ScaleGateApi, ScaleGates
 from raygate.server.controllers.stale_refusals import Annotate, StaleRefusals
 from raygate.server.fronts.admission.http import admission_routes
 from raygate.server.fronts.admission.service import AdmissionService
@@ -169,7 +170,7 @@ def _server(settings: ServeSettings, cache: ClusterCache, authorizer: Authorizer
                           webhook=webhook, authorizer=authorizer, annotate_pod=annotate,
                           budget_api=budgets, leadership=leadership,
                           patch_pod=None if transport is None else transport.patch_pod,
-                          event_api=transport)
+                          event_api=transport, scale_gate_api=transport)
     if authorizer is not None:
         server.metrics.watch_authz(authorizer.counts)
     log.info("authz %s for the admission-status and explain APIs",
@@ -192,6 +193,7 @@ def build_server(
     patch_pod: PatchPod | None = None,
     leadership: Leadership | None = None,
     event_api: EventApi | None = None,
+    scale_gate_api: ScaleGateApi | None = None,
 ) -> RaygateServer:
     """Every service over ``cache`` and the routes that serve them, handed to a server
     listening on ``http_sock`` and ``grpc_addr``. ``clock``: every service's notion of
@@ -206,7 +208,7 @@ def build_server(
     controllers = _controllers(
         cache, clock, metrics, leadership=leadership, settings=settings,
         annotate_pod=annotate_pod, budget_api=budget_api, patch_pod=patch_pod,
-        event_api=event_api, admitted=admitted)
+        event_api=event_api, admitted=admitted, scale_gate_api=scale_gate_api)
     scheduler = SchedulerExtender(cache, clock, metrics,
                                   stale_refusals=controllers.stale_refusals)
     admission = AdmissionService(cache, clock)
@@ -241,14 +243,15 @@ def _controllers(
     cache: ClusterCache, clock: Callable[[], float], metrics: Metrics, *,
     leadership: Leadership, settings: ServeSettings, annotate_pod: Annotate | None,
     budget_api: BudgetApi | None, patch_pod: PatchPod | None, event_api: EventApi | None,
-    admitted: AdmittedPods,
+    admitted: AdmittedPods, scale_gate_api: ScaleGateApi | None = None,
 ) -> Controllers:
     """The writers, each left out when its write is not made: the Events the leader says
     and the ``NoNodeComing`` ones among them, the stale refusals (asking kube-scheduler
     to try a pod again, ``requeue.staleRefusals``; filter notes them), the release of
     gated pods while this replica leads (whatever ``placement.native`` says, a pod
     raygate's gate holds is released by it), the floors' PodDisruptionBudgets
-    (``disruptionBudgets``)."""
+    (``disruptionBudgets``), the worker groups' scale gates while this replica leads
+    (``policy.scaleGates``)."""
     events = None if event_api is None else EventRecorder(
         event_api, metrics, identity(), leading=leadership.leading)
     stale = None if annotate_pod is None else StaleRefusals(
@@ -260,7 +263,9 @@ def _controllers(
         cache, budget_api, metrics, time.monotonic, events=events)
     outlook = None if events is None else NoNodeComingEvents(
         cache, clock, events, leading=leadership.leading)
-    running = [events, stale, native, budgets, outlook]
+    gates = None if scale_gate_api is None else ScaleGates(
+        cache, scale_gate_api, metrics, clock, leading=leadership.leading)
+    running = [events, stale, native, budgets, outlook, gates]
     return Controllers([f for f in running if f is not None], stale)
 
 

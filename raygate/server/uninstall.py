@@ -15,9 +15,10 @@ raygate strands nothing. In order:
    meanwhile fails the test, is read again and tried again;
 4. delete every PodDisruptionBudget raygate wrote (label
    ``app.kubernetes.io/managed-by=raygate``);
-5. remove raygate's entries (named ``raygate.io/...``) from each RayCluster's
+5. remove raygate's entries (keyed ``raygate.io/...``: ``type``, or ``name`` as earlier
+   drafts of the field had it) from each RayCluster's
    ``spec.workerGroupSpecs[].scaleStrategy.scaleGate``, by a JSON Patch of those entries
-   alone, tested by name and the RayCluster's UID; entries of other writers stay. Not by
+   alone, tested by their key and the RayCluster's UID; entries of other writers stay. Not by
    an empty server-side apply of raygate's field manager: KubeRay's CRD declares
    ``workerGroupSpecs`` an atomic list, so raygate's apply owns the whole list, and
    applying nothing would delete every worker group. Where the CRD has no such field (it
@@ -112,24 +113,33 @@ class _RayCluster(_Camel):
     spec: _Spec = msgspec.field(default_factory=_Spec)
 
 
-def _gate_name(entry: object) -> str:
-    name = entry.get("name") if isinstance(entry, dict) else None
-    return name if isinstance(name, str) else ""
+GATE_KEYS = ("type", "name")
+"""A ``scaleGate`` entry's key: ``type`` (kuberay#5094's last readable revision), ``name``
+(its earlier ones). Either is read: the command needs no schema."""
+
+
+def _gate_name(entry: object) -> tuple[str, str]:
+    """The entry's key and its value; ("", "") when it has neither key."""
+    for key in GATE_KEYS:
+        name = entry.get(key) if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            return key, name
+    return "", ""
 
 
 def scale_gate_removal(uid: str, groups: Sequence[Sequence[object] | None]) -> Ops:
-    """The JSON Patch that removes raygate's entries (named ``raygate.io/...``) from each
+    """The JSON Patch that removes raygate's entries (keyed ``raygate.io/...``) from each
     worker group's ``scaleStrategy.scaleGate`` (``groups[i]``: group i's entries as read,
-    None where it has none), each tested by name, the RayCluster by its UID; [] when
+    None where it has none), each tested by its key, the RayCluster by its UID; [] when
     there is none to remove. A group's entries go last first, so that each index still
     points where it was read."""
     ops: Ops = []
     for i, entries in enumerate(groups):
         for j in reversed(range(len(entries or ()))):
-            name = _gate_name((entries or ())[j])
+            key, name = _gate_name((entries or ())[j])
             if name.startswith(SCALE_GATE_PREFIX):
                 path = f"/spec/workerGroupSpecs/{i}/scaleStrategy/scaleGate/{j}"
-                ops += [{"op": "test", "path": f"{path}/name", "value": name},
+                ops += [{"op": "test", "path": f"{path}/{key}", "value": name},
                         {"op": "remove", "path": path}]
     return [{"op": "test", "path": "/metadata/uid", "value": uid}, *ops] if ops else []
 

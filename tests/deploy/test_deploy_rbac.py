@@ -24,7 +24,8 @@ WATCHED_ONLY = {("", "events"), ("karpenter.sh", "nodeclaims"),
 def test_raygate_reads_and_writes_only_pods_its_budgets_and_events() -> None:
     """Read the kinds the cache follows (the node autoscalers' pod events, NodeClaims and
     the DRA objects with list and watch alone), patch pods (the release of a gated pod, the
-    stale-refusal annotation), say Events (create; patch a series' count), keep
+    stale-refusal annotation), patch RayClusters (its own scale gates), say Events
+    (create; patch a series' count), keep
     the floors' PodDisruptionBudgets (server-side apply: create and patch; list at
     start; delete) and create the two reviews of --authz (which the API server answers
     and never stores): nothing more — no get or watch on budgets, no update of
@@ -34,6 +35,7 @@ def test_raygate_reads_and_writes_only_pods_its_budgets_and_events() -> None:
         # Events and NodeClaims: list and watch only (the cache never GETs one).
         *{(g, r, v) for g, r in WATCHED_ONLY for v in ("list", "watch")},
         ("", "pods", "patch"),
+        ("ray.io", "rayclusters", "patch"),  # its own scale gates (JSON Patch)
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "patch"),
         *{("policy", "poddisruptionbudgets", v) for v in ("list", "create", "patch",

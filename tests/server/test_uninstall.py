@@ -62,6 +62,9 @@ RG_A, RG_B = gate("raygate.io/scale-up"), gate("raygate.io/other")
     ([[OTHER], None], None),  # nothing of raygate's: no patch at all
     ([None], None),  # the field pruned (KubeRay 1.6's CRD): no patch
     ([["raygate.io/plain-string", 7, {"nam": "raygate.io/x"}]], None),  # not entries
+    # Keyed by `type`, as kuberay#5094's last revision (the testbed's stand-in) has it.
+    ([[{"type": "kueue.k8s.io/quota-exceeded"}, {"type": "raygate.io/no-node-coming"}]],
+     [[{"type": "kueue.k8s.io/quota-exceeded"}]]),
 ])
 def test_the_scale_gate_removal_removes_raygates_entries_only(
         groups: list[list[Obj] | None], left: list[list[Obj] | None] | None) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
+from typing import Any
 
 from raygate.contract.errors import BadRequest
 from raygate.policy.admission.autoscalers import wanted
@@ -280,6 +281,7 @@ def raycluster_view(rc: kube.RayCluster, path: str = "$") -> RayClusterView:
             # KubeRay defaults numOfHosts to 1; 0 is treated the same by its helpers.
             num_of_hosts=g.num_of_hosts or 1,
             suspended=bool(g.suspend),
+            scale_gates=_scale_gates(g.scale_strategy),
         ))
     return RayClusterView(
         namespace=rc.metadata.namespace,
@@ -293,6 +295,16 @@ def raycluster_view(rc: kube.RayCluster, path: str = "$") -> RayClusterView:
                         and rc.metadata.annotations.scale_up == ALL_OR_NOTHING),
         owner=_controller(rc.metadata.owner_references),
     )
+
+
+def _scale_gates(strategy: dict[str, Any] | None) -> tuple[Mapping[str, str], ...]:
+    """Each ``scaleGate`` entry's string fields (the schema's key among them, whichever
+    it is); anything that is no list of objects reads as none."""
+    entries = (strategy or {}).get("scaleGate")
+    if not isinstance(entries, list):
+        return ()
+    return tuple(MappingProxyType({k: v for k, v in e.items() if isinstance(v, str)})
+                 for e in entries if isinstance(e, dict))
 
 
 def podgroup_view(pg: kube.PodGroup, path: str = "$") -> PodGroupView:

@@ -204,8 +204,31 @@ class Writes:
             raise TransportError(f"{what}: not a Scale: {exc}") from None
 
     def patch_raycluster(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
-        """Apply a JSON Patch (RFC 6902) to a RayCluster: all its operations or none."""
+        """Apply a JSON Patch (RFC 6902) to a RayCluster: all its operations or none, as
+        field manager ``raygate`` (its ``managedFields`` say who wrote the entries)."""
         _write(f"PATCH raycluster {namespace}/{name}", lambda: k8s.CustomObjectsApi(
             self.api).patch_namespaced_custom_object(
                 "ray.io", "v1", namespace, "rayclusters", name, ops, _preload_content=False,
-                _content_type="application/json-patch+json", _request_timeout=self._timeout))
+                field_manager=FIELD_MANAGER, _content_type="application/json-patch+json",
+                _request_timeout=self._timeout))
+
+    # --- scale gates (raygate.server.controllers.scale_gates) ---------------------------
+
+    def raycluster_json(self, namespace: str, name: str) -> dict[str, Any]:
+        """The RayCluster as served now, as JSON; raises ``NotServed`` when it is gone."""
+        path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
+        try:
+            return cast(dict[str, Any], msgspec.json.decode(self.get(path, [])))
+        except DECODE_ERRORS as exc:
+            raise TransportError(f"GET {path}: not JSON: {exc}") from None
+
+    def raycluster_openapi(self) -> dict[str, Any]:
+        """The OpenAPI v3 document of ``ray.io/v1`` (the served CRD schemas, with their
+        ``x-kubernetes-*`` extensions); readable by every authenticated client (the
+        system:discovery ClusterRole), no RBAC rule of raygate's own. ``NotServed``: no
+        ray.io/v1 at all."""
+        path = "/openapi/v3/apis/ray.io/v1"
+        try:
+            return cast(dict[str, Any], msgspec.json.decode(self.get(path, [])))
+        except DECODE_ERRORS as exc:
+            raise TransportError(f"GET {path}: not JSON: {exc}") from None

@@ -106,6 +106,22 @@ class ScaleUpCollector(Collector):
         yield pods
 
 
+class ScaleGateCollector(Collector):
+    def __init__(self, written: Callable[[], Mapping[str, int]]) -> None:
+        self.written = written
+
+    def collect(self) -> Iterable[Metric]:
+        gates = GaugeMetricFamily(
+            "raygate_scale_gates",
+            "raygate's scale gates on RayClusters' worker groups now (as last written or "
+            "read by this replica while it leads), by reason: the gate's name after "
+            "raygate.io/ (docs/scale-gates.md).",
+            labels=["reason"])
+        for reason, count in sorted(self.written().items()):
+            gates.add_metric([reason], count)
+        yield gates
+
+
 class LimitCollector(Collector):
     def __init__(self) -> None:
         self.gates: list[tuple[str, Gate]] = []

@@ -44,6 +44,7 @@ from raygate.server.metrics.collectors import (
     LeaderCollector,
     LimitCollector,
     PodStates,
+    ScaleGateCollector,
     ScaleUpCollector,
 )
 
@@ -213,6 +214,13 @@ class Metrics:
             "budget no floor needs any more), failed (logged; that RayCluster is tried "
             "again with a backoff).",
             ["result"]))
+        self.scale_gate_writes = self._add(Counter(
+            "raygate_scale_gate_writes",
+            "JSON Patches of raygate's scale gates into RayClusters' worker groups "
+            "(docs/scale-gates.md), by outcome: written (gates added or removed), conflict "
+            "(the RayCluster changed meanwhile: read again and tried again), failed (logged; "
+            "tried again with a backoff), gone (the RayCluster was deleted: forgotten).",
+            ["outcome"]))
         self.events = self._add(Counter(
             "raygate_events",
             "Events (events.k8s.io/v1) raygate said on pods and RayClusters, by reason and "
@@ -287,6 +295,11 @@ class Metrics:
         """The pods each RayCluster's all-or-nothing scale-up holds now, read at scrape
         time from ``held`` (the placement controller's)."""
         self.registry.register(ScaleUpCollector(held))
+
+    def watch_scale_gates(self, written: Callable[[], Mapping[str, int]]) -> None:
+        """raygate's scale gates on the RayClusters now, by reason, read at scrape time
+        from ``written`` (the writer's)."""
+        self.registry.register(ScaleGateCollector(written))
 
     def watch_tls(self, listener: str, reloader: CertReloader) -> None:
         """Certificate reloads of a listener, read at scrape time."""

@@ -159,6 +159,7 @@ class WorkerGroupSpec(_Base):
     max_replicas: int | None = None
     num_of_hosts: int | None = None
     suspend: bool | None = None
+    scale_strategy: dict[str, Any] | None = None  # its scaleGate: cache.convert reads it
 
 
 class RayClusterSpec(_Base):
