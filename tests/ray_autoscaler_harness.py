@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonpatch
 import pytest
 from ray.autoscaler._private.kuberay.autoscaling_config import AutoscalingConfigProducer
 from ray.autoscaler._private.kuberay.node_provider import IKubernetesHttpApiClient
@@ -39,8 +40,7 @@ from raygate.ray_autoscaler.provider import (
 from testkit.builders import Obj
 from tests.conftest import FakeClock
 
-__all__ = ["RAY_TIME_MODULES", "Bench", "FakeGcs", "FakeKube", "RayTime", "Side", "loops",
-           "ray_running"]
+__all__ = ["RAY_TIME_MODULES", "Bench", "FakeGcs", "FakeKube", "RayTime", "Side"]
 
 RAY_TIME_MODULES = (
     "ray.autoscaler.v2.instance_manager.common",  # status timestamps, has_timeout
@@ -78,14 +78,6 @@ def patch_ray_time(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> None:
         monkeypatch.setattr(f"{module}.time", fake)
 
 
-def ray_running(pod: Obj) -> Obj:
-    """The pod as Ray sees a started node: its first container is running."""
-    pod["status"]["containerStatuses"] = [{
-        "name": pod["spec"]["containers"][0]["name"], "ready": True, "restartCount": 0,
-        "state": {"running": {"startedAt": pod["metadata"]["creationTimestamp"]}}}]
-    return pod
-
-
 NewPod = Callable[[str, str, float], Obj]
 """(pod name, worker group, now) to the pod KubeRay creates, as the scheduler then
 leaves it (pending for some reason, or running)."""
@@ -100,16 +92,22 @@ class FakeKube(IKubernetesHttpApiClient):  # type: ignore[misc]  # Ray is untype
                  extras: tuple[Obj, ...] = ()) -> None:
         self.cluster = copy.deepcopy(cluster)
         self.name = cluster["metadata"]["name"]
+        self._version = itertools.count(1000)
+        self.cluster["metadata"]["resourceVersion"] = str(next(self._version))
         self.pods = {p["metadata"]["name"]: copy.deepcopy(p) for p in pods}
         self.new_pod = new_pod
         self.clock = clock
         self.extras = extras
         self.patches: list[tuple[float, list[Obj]]] = []
-        """(when, JSON patch) of every PATCH the autoscaler sent."""
+        """(when, JSON patch) of every PATCH the autoscaler sent that was applied."""
+        self.refused: list[list[Obj]] = []
+        """Every PATCH refused, as the API server refuses one (a failed ``test``, a path
+        that is not there): Ray sees an error."""
+        self.before_patch: Callable[[], None] = lambda: None
+        """Another writer, between the autoscaler's read and its write."""
         self.created: list[str] = []
         self.deleted: list[str] = []
         self._serial = itertools.count()
-        self._version = itertools.count(1000)
 
     # --- IKubernetesHttpApiClient ---
 
@@ -125,17 +123,33 @@ class FakeKube(IKubernetesHttpApiClient):  # type: ignore[misc]  # Ray is untype
 
     def patch(self, path: str, payload: list[Obj],
               content_type: str = "application/json-patch+json") -> Obj:
+        """RFC 6902, all or nothing, as the API server applies a JSON Patch."""
         assert path == f"rayclusters/{self.name}", path
         assert content_type == "application/json-patch+json"
-        for op in payload:
-            assert op["op"] == "replace", op
-            *parents, leaf = op["path"].strip("/").split("/")
-            target: Any = self.cluster
-            for key in parents:
-                target = target[int(key)] if isinstance(target, list) else target[key]
-            target[leaf] = copy.deepcopy(op["value"])
+        self.before_patch()
+        try:
+            patched = jsonpatch.apply_patch(self.cluster, [self._lenient(op) for op in payload])
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
+            self.refused.append(copy.deepcopy(payload))
+            raise RuntimeError(f"422: the patch is refused: {error}") from error
+        self.cluster = patched
+        self.touch()
         self.patches.append((self.clock.now, copy.deepcopy(payload)))
         return self.raycluster()
+
+    def _lenient(self, op: Obj) -> Obj:
+        """The API server applies JSON Patches with evanphx/json-patch v4, whose
+        ``replace`` of a missing object member adds it (RFC 6902 says to fail): Ray's
+        scale-down write of a group with no ``scaleStrategy`` relies on that."""
+        if op["op"] != "replace":
+            return op
+        parent, _, key = op["path"].rpartition("/")
+        try:
+            container = jsonpatch.JsonPointer(parent).resolve(self.cluster)
+        except jsonpatch.JsonPointerException:
+            return op
+        missing = isinstance(container, dict) and key not in container
+        return {**op, "op": "add"} if missing else op
 
     def delete(self, path: str) -> Obj:
         raise AssertionError(f"unexpected DELETE {path}")
@@ -143,9 +157,11 @@ class FakeKube(IKubernetesHttpApiClient):  # type: ignore[misc]  # Ray is untype
     # --- the rest of the cluster ---
 
     def raycluster(self) -> Obj:
-        cluster = copy.deepcopy(self.cluster)
-        cluster["metadata"]["resourceVersion"] = str(next(self._version))
-        return cluster
+        return copy.deepcopy(self.cluster)
+
+    def touch(self) -> None:
+        """A new resourceVersion: the RayCluster was written."""
+        self.cluster["metadata"]["resourceVersion"] = str(next(self._version))
 
     def objects(self) -> list[Obj]:
         """What raygate sees: the RayCluster, its pods, the extras (a PodGroup, ...)."""
@@ -379,18 +395,3 @@ class Bench:
                 side.provider.advisor.close()
         if self.installation is not None:
             self.installation.undo()
-
-
-def loops(*sides: Side, clock: FakeClock, until: float, every: float) -> Iterator[float]:
-    """One loop of each side now, then again every ``every`` seconds of ``clock`` up to
-    ``until`` seconds from now; yields the elapsed time after each step."""
-    start = clock.now
-    for side in sides:
-        side.loop()
-    elapsed = 0.0
-    while elapsed < until:
-        elapsed = min(elapsed + every, until)
-        clock.now = start + elapsed
-        for side in sides:
-            side.loop()
-        yield elapsed

@@ -13,19 +13,28 @@ autoscaler loop, what the scheduler is doing with the cluster's pods, and
   path at once, instead of after ``allocate_status_timeout_s``;
 * a worker group raygate says to ``hold`` gets no new pods: launches for it fail, and the
   scheduler ranks it last, so demand goes to other groups;
-* when raygate cannot be reached, everything is stock (one warning per outage).
+* a worker group with a scale gate (``scaleStrategy.scaleGate``, whoever wrote it) gets
+  no new pods and its pending ones are no longer counted on, so the demand goes to the
+  next group in Ray's order at once; raygate's own ``raygate.io/`` gates count only while
+  raygate answers;
+* a scale-down writes ``workersToDelete`` alone, keeping the gates;
+* when raygate cannot be reached, everything is stock (one warning per outage) but for
+  the other writers' gates.
 
 Modules:
 
 ``settings``  the environment the entrypoint reads (no Ray needed)
 ``advice``    raygate's advice for one RayCluster, fetched with a bounded wait through
               ``raygate.client`` (no Ray)
+``gates``     the scale gates to honour, and the scale-down write that keeps them (no Ray)
+``scheduling`` what Ray's scheduler sees of held and gated groups (needs Ray)
 ``provider``  the ``KubeRayProvider`` subclass and the two reconciler hooks (needs Ray)
 ``cli``       the ``raygate-autoscaler`` entrypoint
 
-None of them imports ``raygate.server`` or its dependencies. Only ``provider`` and ``cli``
-import Ray, and ``provider`` refuses a Ray version other than ``TESTED_RAY_VERSIONS``: it
-relies on private Ray interfaces (README, "Stop the autoscaler fighting the scheduler").
+None of them imports ``raygate.server`` or its dependencies. Only ``scheduling``,
+``provider`` and ``cli`` import Ray, and ``provider`` (the only one to import
+``scheduling``) refuses a Ray version other than ``TESTED_RAY_VERSIONS``: it relies on
+private Ray interfaces (README, "Stop the autoscaler fighting the scheduler").
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ which installs it and fails if it is missing.
 from __future__ import annotations
 
 import logging
-import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,20 +24,25 @@ from tests.ray_required import RAY_MISSING
 if RAY_MISSING:
     pytest.skip(RAY_MISSING, allow_module_level=True)
 
-from raygate.ray_autoscaler.advice import Advisor
-from raygate.ray_autoscaler.provider import AdvisorFactory
-from raygate.ray_autoscaler.settings import AutoscalerSettings
-from testkit.builders import T0_EPOCH, Obj, iso, make_pod, make_raycluster
-from tests.admission_scenarios import INSUFFICIENT_CPU
-from tests.conftest import FakeClock, ServerThread
-from tests.ray_autoscaler_harness import Bench, FakeKube, NewPod, Side, loops, ray_running
+from testkit.builders import T0_EPOCH
+from tests.conftest import ServerThread
+from tests.ray_autoscaler_harness import Bench
+from tests.ray_autoscaler_scenes import (
+    HOUR,
+    advisor_for,
+    closed_port,
+    first,
+    head,
+    loops,
+    ray_form,
+    raycluster,
+    side_by_side,
+    started,
+    unjudged,
+    waiting_for_cpu,
+)
 
 pytestmark = pytest.mark.ray
-
-CLUSTER = "demo"
-HOUR = 3600.0
-WAIT = 10.0
-"""Seconds the raygate side may wait for raygate on loopback: generous, never used up."""
 
 
 @pytest.fixture
@@ -47,77 +51,6 @@ def bench(monkeypatch: pytest.MonkeyPatch, server: ServerThread) -> Iterator[Ben
     bench = Bench(monkeypatch, server.clock)
     yield bench
     bench.close()
-
-
-def advisor_for(url: str, clock: FakeClock, timeout: float = WAIT) -> AdvisorFactory:
-    def factory(namespace: str, name: str) -> Advisor:
-        return Advisor(AutoscalerSettings(url, timeout_seconds=timeout), namespace, name,
-                       clock=clock)
-    return factory
-
-
-def raycluster(*groups: tuple[str, int, int]) -> Obj:
-    """``demo`` with in-tree autoscaling; (group, replicas, priority) of 1-CPU workers."""
-    builder = make_raycluster(CLUSTER).autoscaling()
-    for name, replicas, _ in groups:
-        builder.group(name, replicas=replicas, min=0, max=4, cpu="1")
-    cluster = builder.obj()
-    cluster["spec"]["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}
-    for spec, (_, _, priority) in zip(cluster["spec"]["workerGroupSpecs"], groups,
-                                      strict=True):
-        spec["priority"] = priority
-    return cluster
-
-
-def head(now: float) -> Obj:
-    return ray_running(make_pod(f"{CLUSTER}-head").head(CLUSTER).created(iso(now - HOUR))
-                       .on("cpu-node-1").condition("PodScheduled", "True", at=iso(now - HOUR))
-                       .condition("Ready", "True", at=iso(now - HOUR)).obj())
-
-
-def waiting_for_cpu(name: str, group: str, now: float) -> Obj:
-    """Pending: kube-scheduler found no node with room (raygate: WaitingForCapacity)."""
-    return (make_pod(name).ray(CLUSTER, group).created(iso(now))
-            .condition("PodScheduled", "False", "Unschedulable", INSUFFICIENT_CPU,
-                       iso(now)).obj())
-
-
-def started(name: str, group: str, now: float) -> Obj:
-    """Bound and running: the replacement of a stuck pod that lands fine."""
-    return ray_running(make_pod(name).ray(CLUSTER, group).created(iso(now)).on("cpu-node-2")
-                       .condition("PodScheduled", "True", at=iso(now))
-                       .condition("Ready", "True", at=iso(now)).obj())
-
-
-def unjudged(name: str, group: str, now: float) -> Obj:
-    """Unbound, and no scheduler has said anything about it (raygate: Starting, then
-    Stuck after ``stuckUnboundSeconds``, 120 s by default)."""
-    return make_pod(name).ray(CLUSTER, group).created(iso(now)).obj()
-
-
-def side_by_side(bench: Bench, server: ServerThread, cluster: Obj, pods: list[Obj],
-                 demand: list[tuple[dict[str, float], int]], *,
-                 new_pod: NewPod = waiting_for_cpu, url: str | None = None,
-                 ) -> tuple[Side, Side]:
-    """The same cluster twice: Ray as shipped, and Ray with raygate's hooks asking the
-    server at ``url`` (default: the loopback server, fed the raygate side's cluster
-    before each of its loops)."""
-    clock = server.clock
-    stock_kube = FakeKube(cluster, pods, new_pod, clock)
-    raygate_kube = FakeKube(cluster, pods, new_pod, clock)
-    stock = bench.stock(stock_kube, demand)
-
-    def publish() -> None:
-        server.publish(*raygate_kube.objects())
-
-    raygate = bench.raygate(raygate_kube, demand, advisor_for(url or server.url, clock),
-                            publish)
-    return stock, raygate
-
-
-def first(side: Side, what: Callable[[dict[str, str]], bool]) -> float | None:
-    """Seconds since T0 of the first loop after which ``what`` held."""
-    return next((when - T0_EPOCH for when, workers in side.history if what(workers)), None)
 
 
 def test_a_worker_waiting_for_capacity_is_kept_however_long_it_waits(
@@ -180,8 +113,15 @@ def test_a_stuck_worker_is_replaced_without_waiting_for_the_timeout(
                             "(Stuck: ") for d in raygate.details("demo-overflow-a"))
     (when, patch), *_ = raygate.kube.patches
     assert when - T0_EPOCH == 120
-    assert {"op": "replace", "path": "/spec/workerGroupSpecs/0/scaleStrategy",
+    # Ray's write of the group's whole scaleStrategy, made only on the version read: the
+    # group had none, and one made meanwhile would hold another writer's scale gates.
+    assert patch[0]["op"] == "test" and patch[0]["path"] == "/metadata/resourceVersion"
+    assert {"op": "add", "path": "/spec/workerGroupSpecs/0/scaleStrategy",
             "value": {"workersToDelete": ["demo-overflow-a"]}} in patch
+    assert ray_form(patch) == [
+        {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 0},
+        {"op": "replace", "path": "/spec/workerGroupSpecs/0/scaleStrategy",
+         "value": {"workersToDelete": ["demo-overflow-a"]}}]
     assert raygate.kube.deleted == ["demo-overflow-a"]
     assert raygate.kube.created == ["demo-overflow-worker-n0"]
     assert raygate.workers() == {"demo-overflow-worker-n0": "RAY_RUNNING"}
@@ -245,13 +185,6 @@ def test_demand_for_a_held_group_goes_to_another_group(
                                  "demo-spare-worker-n0": "RAY_RUNNING"}
 
 
-def closed_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"  # nothing listens: connection refused
-
-
 def test_an_unreachable_raygate_gives_the_stock_behaviour(
         bench: Bench, server: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
     """Nothing listens at RAYGATE_URL: the raygate side does exactly what Ray as shipped
@@ -267,7 +200,10 @@ def test_an_unreachable_raygate_gives_the_stock_behaviour(
         assert raygate.advice() is None
 
     assert stock.kube.patches  # a launch, the timeout, the relaunch...
-    assert raygate.kube.patches == stock.kube.patches
+    # The same writes, but for workersToDelete written alone (keeping scale gates).
+    assert [(when, ray_form(patch)) for when, patch in raygate.kube.patches] == (
+        stock.kube.patches)
+    assert raygate.kube.cluster["spec"] == stock.kube.cluster["spec"]
     assert raygate.history == stock.history
     assert raygate.failed_launches() == stock.failed_launches()
     warnings = [r for r in caplog.records

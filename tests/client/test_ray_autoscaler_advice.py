@@ -246,7 +246,8 @@ def test_only_the_autoscaler_integration_imports_ray() -> None:
     importing = sorted(str(p.relative_to(ROOT)) for top in ("raygate", "bench")
                        for p in (ROOT / top).rglob("*.py") if "ray" in _imports(p))
     assert importing == ["raygate/ray_autoscaler/cli.py",
-                         "raygate/ray_autoscaler/provider.py"]
+                         "raygate/ray_autoscaler/provider.py",
+                         "raygate/ray_autoscaler/scheduling.py"]
 
 
 # --- The entrypoint's own help ------------------------------------------------------------
