@@ -44,15 +44,19 @@ import msgspec
 from raygate.policy.budgets import LABEL_MANAGED_BY, MANAGED_BY
 from raygate.policy.native import GATE, gate_removal
 from raygate.server.kube.transport import ApiError, NotServed, TransportError
+from raygate.server.uninstall_clusters import (
+    RAY_SCHEDULER,
+    RayClusterRead,
+    decode_cluster,
+    ray_scheduler_templates,
+    scale_gate_removal,
+)
 from raygate.server.wire import DECODE_ERRORS, kube
 
-__all__ = ["RAY_SCHEDULER", "SCALE_GATE_PREFIX", "WEBHOOK_CONFIGURATION", "Options",
-           "Summary", "Uninstall", "UninstallApi", "scale_gate_removal"]
+__all__ = ["WEBHOOK_CONFIGURATION", "Options", "Summary", "Uninstall", "UninstallApi"]
 
 WEBHOOK_CONFIGURATION = "raygate-ray-pods"
 """The name of raygate's webhook configuration in the chart and in deploy/."""
-SCALE_GATE_PREFIX = "raygate.io/"
-RAY_SCHEDULER = "ray-scheduler"
 RAY_PODS = [("labelSelector", "ray.io/is-ray-node=yes"), ("fieldSelector", "status.phase=Pending")]
 """The pods raygate's webhook can have gated: KubeRay's (the webhook's objectSelector),
 pending (a gated pod is never bound)."""
@@ -72,84 +76,6 @@ class UninstallApi(Protocol):
     def list_budgets(self, label_selector: str) -> list[tuple[str, str, str]]: ...
     def delete_budget(self, namespace: str, name: str) -> None: ...
     def patch_raycluster(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None: ...
-
-
-# --- what is read of a RayCluster ---------------------------------------------------------
-
-
-class _Camel(msgspec.Struct, rename="camel", omit_defaults=True):
-    """The Kubernetes JSON spelling (camelCase) for the structs below."""
-
-
-class _TemplateSpec(_Camel):
-    scheduler_name: str = ""
-
-
-class _Template(_Camel):
-    spec: _TemplateSpec = msgspec.field(default_factory=_TemplateSpec)
-
-
-class _ScaleStrategy(_Camel):
-    scale_gate: list[Any] | None = None
-
-
-class _Group(_Camel):
-    group_name: str = ""
-    template: _Template = msgspec.field(default_factory=_Template)
-    scale_strategy: _ScaleStrategy | None = None
-
-
-class _Head(_Camel):
-    template: _Template = msgspec.field(default_factory=_Template)
-
-
-class _Spec(_Camel):
-    head_group_spec: _Head = msgspec.field(default_factory=_Head)
-    worker_group_specs: list[_Group] | None = None
-
-
-class _RayCluster(_Camel):
-    metadata: kube.ObjectMeta = msgspec.field(default_factory=kube.ObjectMeta)
-    spec: _Spec = msgspec.field(default_factory=_Spec)
-
-
-GATE_KEYS = ("type", "name")
-"""A ``scaleGate`` entry's key: ``type`` (kuberay#5094's last readable revision), ``name``
-(its earlier ones). Either is read: the command needs no schema."""
-
-
-def _gate_name(entry: object) -> tuple[str, str]:
-    """The entry's key and its value; ("", "") when it has neither key."""
-    for key in GATE_KEYS:
-        name = entry.get(key) if isinstance(entry, dict) else None
-        if isinstance(name, str):
-            return key, name
-    return "", ""
-
-
-def scale_gate_removal(uid: str, groups: Sequence[Sequence[object] | None]) -> Ops:
-    """The JSON Patch that removes raygate's entries (keyed ``raygate.io/...``) from each
-    worker group's ``scaleStrategy.scaleGate`` (``groups[i]``: group i's entries as read,
-    None where it has none), each tested by its key, the RayCluster by its UID; [] when
-    there is none to remove. A group's entries go last first, so that each index still
-    points where it was read."""
-    ops: Ops = []
-    for i, entries in enumerate(groups):
-        for j in reversed(range(len(entries or ()))):
-            key, name = _gate_name((entries or ())[j])
-            if name.startswith(SCALE_GATE_PREFIX):
-                path = f"/spec/workerGroupSpecs/{i}/scaleStrategy/scaleGate/{j}"
-                ops += [{"op": "test", "path": f"{path}/{key}", "value": name},
-                        {"op": "remove", "path": path}]
-    return [{"op": "test", "path": "/metadata/uid", "value": uid}, *ops] if ops else []
-
-
-def _ray_scheduler_templates(cluster: _RayCluster) -> list[str]:
-    """``head`` and the worker groups whose pod template names ray-scheduler."""
-    named = ["head"] if cluster.spec.head_group_spec.template.spec.scheduler_name == (
-        RAY_SCHEDULER) else []
-    return named + [f"group {g.group_name}" for g in cluster.spec.worker_group_specs or ()
-                    if g.template.spec.scheduler_name == RAY_SCHEDULER]
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -335,19 +261,19 @@ class Uninstall:
         except NotServed:
             raws = []  # no RayCluster CRD: nothing of raygate's in any
         for raw in raws:
-            cluster = _decode_cluster(raw)
+            cluster = decode_cluster(raw)
             if cluster is None:
                 self._failed(f"a RayCluster that does not read as one: {bytes(raw)[:200]!r}")
                 continue
             self._remove_scale_gates(cluster)
-            named = _ray_scheduler_templates(cluster)
+            named = ray_scheduler_templates(cluster)
             if named:
                 meta = cluster.metadata
                 self.summary.ray_scheduler.append(
                     f"{meta.namespace}/{meta.name} ({', '.join(named)})")
         self._warn_ray_scheduler()
 
-    def _remove_scale_gates(self, cluster: _RayCluster) -> None:
+    def _remove_scale_gates(self, cluster: RayClusterRead) -> None:
         groups = [(g.scale_strategy.scale_gate if g.scale_strategy else None)
                   for g in cluster.spec.worker_group_specs or ()]
         ops = scale_gate_removal(cluster.metadata.uid, groups)
@@ -389,12 +315,5 @@ def _gates(pod: kube.Pod) -> list[str]:
 def _decode_pod(raw: bytes | msgspec.Raw) -> kube.Pod | None:
     try:
         return msgspec.json.decode(raw, type=kube.Pod)
-    except DECODE_ERRORS:
-        return None
-
-
-def _decode_cluster(raw: bytes | msgspec.Raw) -> _RayCluster | None:
-    try:
-        return msgspec.json.decode(raw, type=_RayCluster)
     except DECODE_ERRORS:
         return None

@@ -18,7 +18,8 @@ import pytest
 
 from raygate.policy.native import GATE, gate_removal
 from raygate.server.kube.transport import ApiError, NotServed
-from raygate.server.uninstall import Options, Uninstall, scale_gate_removal
+from raygate.server.uninstall import Options, Uninstall
+from raygate.server.uninstall_clusters import scale_gate_removal
 
 Obj = dict[str, Any]
 OTHER = {"name": "example.com/quota"}
