@@ -5,8 +5,10 @@ the real KubeRay operator treat them.
 
 1. KubeRay's reconcile keeps both through scale-ups, scale-downs and restarts of the
    operator: ``large`` (priority 10) carries a Kueue-style gate written by server-side
-   apply under field manager ``kueue`` and a ``raygate.io/`` gate written by a guarded
-   JSON Patch under ``raygate``; ``small`` leaves its priority to the CRD's default (0).
+   apply under field manager ``kueue`` and a second controller's gate written by a guarded
+   JSON Patch, as raygate writes its own (not a ``raygate.io/`` one: the testbed's raygate
+   would take back a gate its policy does not want; ``test_scale_gates.py`` shows raygate's
+   own); ``small`` leaves its priority to the CRD's default (0).
    ``workerGroupSpecs`` is an atomic list, so an apply of one group's gate alone is
    refused (409 without force, 422 with it: the list would be that one group), a forced
    apply of the whole list read before an autoscaler's write undoes that write, and the
@@ -36,7 +38,8 @@ pytestmark = pytest.mark.e2e
 
 CLUSTER = "fallback"
 KUEUE_GATE = {GATE_KEY: "kueue.k8s.io/quota-exceeded"}
-RAYGATE_GATE = {GATE_KEY: "raygate.io/no-node-coming"}
+PATCHED_GATE = {GATE_KEY: "capacity.example.com/no-node-coming"}
+PATCHER = "capacity-controller"
 FT_FINALIZER = "ray.io/gcs-ft-redis-cleanup-finalizer"
 Fields = dict[str, tuple[Any, list[dict[str, str]]]]
 """Each worker group's (priority, scale gates) as stored."""
@@ -128,7 +131,7 @@ def apply_one_group(scenario: Scenario, force: bool) -> int:
 def failed_test_status(scenario: Scenario) -> int:
     """What a JSON Patch whose ``test`` fails is answered (an HTTP status)."""
     try:
-        json_patch(scenario, "raygate", [
+        json_patch(scenario, PATCHER, [
             {"op": "test", "path": "/metadata/resourceVersion", "value": "1"}])
     except ApiError as refused:
         return refused.status
@@ -189,11 +192,11 @@ def gate_patch(cluster: dict[str, Any], group: str, gate: dict[str, str]) -> lis
     return [*ops, {"op": "add", "path": f"{at}/scaleStrategy/scaleGate", "value": [gate]}]
 
 
-def raygate_patch(scenario: Scenario, gate: dict[str, str]) -> dict[str, Any]:
+def guarded_patch(scenario: Scenario, gate: dict[str, str]) -> dict[str, Any]:
     def write() -> dict[str, Any]:
         ops = gate_patch(scenario.api.get(cluster_path(scenario)), "large", gate)
-        return json_patch(scenario, "raygate", ops)
-    return retried("raygate's JSON Patch", write)
+        return json_patch(scenario, PATCHER, ops)
+    return retried("the guarded JSON Patch", write)
 
 
 def lost_update(scenario: Scenario) -> dict[str, Any]:
@@ -276,9 +279,9 @@ def test_kuberay_keeps_priority_and_gates_through_scaling_and_restarts(
     assert [g["replicas"] for g in undone["spec"]["workerGroupSpecs"]] == [1, 1]
     rows.append(row("small scaled 1 to 2, then kueue applies the list read before, its gate "
                     "added, no resourceVersion: small back to 1", undone))
-    rows.append(row("raygate adds its gate (guarded JSON Patch)",
-                    raygate_patch(scenario, RAYGATE_GATE)))
-    expected = {"large": (10, [KUEUE_GATE, RAYGATE_GATE]), "small": (0, [])}  # in that order
+    rows.append(row(f"{PATCHER} adds its gate (guarded JSON Patch)",
+                    guarded_patch(scenario, PATCHED_GATE)))
+    expected = {"large": (10, [KUEUE_GATE, PATCHED_GATE]), "small": (0, [])}  # in that order
     assert fields(scenario.api.get(cluster_path(scenario))) == expected
     failed_test = failed_test_status(scenario)
     assert failed_test == 422
@@ -303,10 +306,10 @@ def test_kuberay_keeps_priority_and_gates_through_scaling_and_restarts(
 def test_ray_260s_scale_down_patch_drops_the_groups_gates(scenario: Scenario) -> None:
     provider = pytest.importorskip("ray.autoscaler._private.kuberay.node_provider")
     bring_up(scenario, large=2)
-    raygate_patch(scenario, RAYGATE_GATE)
+    guarded_patch(scenario, PATCHED_GATE)
     kueue_gate(scenario)
     before = fields(scenario.api.get(cluster_path(scenario)))["large"][1]
-    assert before == [RAYGATE_GATE, KUEUE_GATE]
+    assert before == [PATCHED_GATE, KUEUE_GATE]
     victim = workers(scenario, "large", 2)[1]
     # As Ray 2.60's KubeRay provider sends a scale-down of group 0 (its cloud_provider.py).
     scenario.api.json_patch(cluster_path(scenario), [
