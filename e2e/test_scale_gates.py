@@ -38,8 +38,12 @@ STALE = "raygate.io/no-node-coming"
 @pytest.fixture
 def no_node_autoscaler(testbed: Testbed) -> Iterator[None]:
     """``absent``: a suite that ran the Karpenter scenarios first leaves its CRDs served."""
-    with policy_changed(testbed, lambda policy: policy.update(nodeAutoscaler="absent")):
+    with policy_changed(testbed, no_autoscaler):
         yield
+
+
+def no_autoscaler(policy: dict[str, object]) -> None:
+    policy.update(nodeAutoscaler="absent")
 
 
 def path(scenario: Scenario) -> str:
@@ -100,16 +104,19 @@ def test_raygate_gates_a_group_that_cannot_fit_and_keeps_others_gates(
     scenario.step("raygate killed")
     behind_its_back(scenario)
     assert set(gates(scenario)) == {KUEUE, STALE}
-    testbed.start_raygate()
-    scenario.step("raygate started again")
-    corrected = gated_as(scenario, {KUEUE, CANNOT_FIT}, timeout=60)
-    scenario.add_node(node(f"{scenario.name}-b", scenario.name, cpu=16))
-    scenario.step("a node with room")
-    removed = gated_as(scenario, {KUEUE}, timeout=60)
-    wait_until("the four workers running", lambda: len(scenario.running("overflow")) == 4
-               or None, timeout=90)
-    written = metric(testbed.raygate_url, "raygate_scale_gate_writes_total",
-                     outcome="written")
+    testbed.start_raygate()  # with the shipped config again: the policy set anew
+    restarted = scenario.now()
+    with policy_changed(testbed, no_autoscaler):
+        scenario.step("raygate started again")
+        gated_as(scenario, {KUEUE, CANNOT_FIT}, timeout=60)
+        corrected = scenario.now() - restarted
+        scenario.add_node(node(f"{scenario.name}-b", scenario.name, cpu=16))
+        scenario.step("a node with room")
+        removed = gated_as(scenario, {KUEUE}, timeout=60)
+        wait_until("the four workers running", lambda: len(scenario.running("overflow")) == 4
+                   or None, timeout=90)
+        written = metric(testbed.raygate_url, "raygate_scale_gate_writes_total",
+                         outcome="written")
     report.add("scale-gates-writer", (
         "### Scale gates: raygate's beside Kueue's\n\n"
         f"An all-or-nothing scale-up of four 2-CPU workers on a node with room for one, no "
