@@ -26,6 +26,7 @@ __all__ = [
     "Metadata",
     "ObjectReference",
     "Pod",
+    "ScaleGate",
     "WatchEvent",
     "changes",
 ]
@@ -57,6 +58,17 @@ class Advice(_Base):
     reason: str
 
 
+class ScaleGate(_Base):
+    name: str
+    writer: str
+    """``raygate`` (a name under ``raygate.io/``) or ``other``."""
+    reason: str
+    since: datetime | None
+    """When its reason began; null when unknown and for another writer's gate."""
+    wanted: bool
+    present: bool
+
+
 class Group(_Base):
     name: str
     floor: int
@@ -66,6 +78,8 @@ class Group(_Base):
     pending: int
     preempted: int
     scale_up: Advice
+    scale_gates: list[ScaleGate] = msgspec.field(default_factory=list)
+    """Always sent; a default so that a reply of a server before it still reads."""
 
 
 class Pod(_Base):

@@ -25,6 +25,7 @@ from raygate.contract.admission_status import (
     Metadata,
     ObjectReference,
     Pod,
+    ScaleGate,
     WatchEvent,
 )
 from raygate.contract.explain import ExplainReply, NodeReply
@@ -32,6 +33,7 @@ from raygate.contract.messages import enum_names, from_proto, to_proto
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
 from raygate.contract.proto.raygate.v1 import explain_pb2 as epb
 from raygate.policy.admission import PodAction, PodState, ScaleUp
+from raygate.policy.admission.states import GATE_OTHER, GATE_RAYGATE
 from tools.openapi_document import DOCUMENT
 
 SCHEMAS = json.loads(DOCUMENT.read_text())["components"]["schemas"]
@@ -50,13 +52,28 @@ def test_the_names_are_the_policys_in_the_proto_and_the_openapi_document(
     assert SCHEMAS[schema]["properties"][field]["enum"] == spelled
 
 
+def test_a_scale_gates_writer_is_the_policys_in_the_openapi_document() -> None:
+    assert SCHEMAS["ScaleGate"]["properties"]["writer"]["enum"] == [GATE_RAYGATE, GATE_OTHER]
+    info = msgspec.inspect.type_info(ScaleGate)
+    assert isinstance(info, msgspec.inspect.StructType)
+    fields = [f.encode_name for f in info.fields]
+    assert SCHEMAS["ScaleGate"]["required"] == fields == list(
+        SCHEMAS["ScaleGate"]["properties"])
+    assert "scaleGates" in SCHEMAS["Group"]["required"]
+
+
 def _status(pod_state: str, since: datetime | None, source: ObjectReference | None,
             ) -> AdmissionStatus:
     return AdmissionStatus(
         metadata=Metadata("ray", "rc", "v1"),
         gang=Gang(source, "Inqueue", False, 3, 1, "waits"),
         groups=[Group("headgroup", 1, 1, 1, 1, 0, 0, Advice("hold", "the head")),
-                Group("w", 2, 2, 0, 0, 2, 1, Advice("proceed", "room"))],
+                Group("w", 2, 2, 0, 0, 2, 1, Advice("hold", "no node"), [
+                    ScaleGate("raygate.io/no-node-coming", "raygate", "pod p: none", since,
+                              wanted=True, present=False),
+                    ScaleGate("kueue.k8s.io/quota-exceeded", "other",
+                              "set by another controller", None, wanted=False,
+                              present=True)])],
         pods=[Pod("rc-w-a", "uid-a", "w", "", pod_state, "no room", since,
                   Advice("keep", "wait"))])
 
@@ -93,7 +110,12 @@ def test_absent_values_on_the_wire() -> None:
     status = to_proto(_status("Starting", None, None), pb.AdmissionStatus)
     assert not status.gang.HasField("source") and not status.pods[0].HasField("since")
     assert status.pods[0].state == pb.Pod.STARTING
-    assert status.groups[1].scale_up.action == pb.GroupAdvice.PROCEED
+    assert status.groups[1].scale_up.action == pb.GroupAdvice.HOLD
+    gates = status.groups[1].scale_gates
+    assert not gates[0].HasField("since") and not gates[1].HasField("since")
+    assert [(g.name, g.wanted, g.present) for g in gates] == [
+        ("raygate.io/no-node-coming", True, False), ("kueue.k8s.io/quota-exceeded", False, True)]
+    assert list(status.groups[0].scale_gates) == []
     assert to_proto(_status("Starting", T, None), pb.AdmissionStatus).pods[0].since.seconds \
         == int(T.timestamp())
     reply = to_proto(_explanation(None, None, None), epb.Explanation)

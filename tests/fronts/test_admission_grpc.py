@@ -104,6 +104,9 @@ def test_raw_messages(server: ServerThread, target: str) -> None:
     assert old.since.ToJsonString() == "2026-11-30T03:59:50Z"
     overflow = next(g for g in status.groups if g.name == "overflow")
     assert (overflow.preempted, overflow.scale_up.action) == (1, pb.GroupAdvice.HOLD)
+    (gate,) = overflow.scale_gates
+    assert (gate.name, gate.writer, gate.since.ToJsonString(), gate.wanted, gate.present) == (
+        "raygate.io/thrash-guard", "raygate", "2026-11-30T03:59:50Z", True, False)
     assert list(listing.items) == [status]
     assert to_proto(from_proto(status, AdmissionStatus), pb.AdmissionStatus) == status
 

@@ -102,9 +102,15 @@ def test_the_fields_of_one_status(server: ServerThread, client: httpx.Client) ->
         "phase": "Running", "admitted": True, "minMember": 2, "running": 2,
         "reason": body["gang"]["reason"]}
     overflow = next(g for g in body["groups"] if g["name"] == "overflow")
-    assert {k: v for k, v in overflow.items() if k != "scaleUp"} == {
+    assert {k: v for k, v in overflow.items() if k not in ("scaleUp", "scaleGates")} == {
         "name": "overflow", "floor": 0, "desired": 2, "scheduled": 0, "running": 0,
         "pending": 1, "preempted": 1}
+    # Preempted inside the window with a pod pending: raygate wants its thrash-guard gate,
+    # not on the RayCluster yet (no writer runs here).
+    assert overflow["scaleGates"] == [{
+        "name": "raygate.io/thrash-guard", "writer": "raygate",
+        "reason": "1 pod(s) preempted inside the thrash-guard window and 1 pending",
+        "since": "2026-11-30T03:59:50Z", "wanted": True, "present": False}]
     assert overflow["scaleUp"]["action"] == "hold"
     old = next(p for p in body["pods"] if p["name"] == "demo-overflow-old")
     assert (old["state"], old["since"], old["nodeName"]) == (

@@ -7,7 +7,8 @@ PodGroup or Kueue Workload, the scheduler's preemption records), the policy sett
 * the **gang**: which object gates admission, its phase as that object reports it,
   whether it is admitted, its ``minMember`` and how many of the cluster's pods run;
 * each **group** (head and worker groups): floor, desired, scheduled, running, pending,
-  preempted within the thrash-guard window, and whether scaling it up makes sense;
+  preempted within the thrash-guard window, whether scaling it up makes sense, and its
+  scale gates (those raygate wants, those on the RayCluster: ``gates``);
 * each **pod not running**: exactly one ``PodState``, the reason in words, since when,
   and what a control loop should do about it.
 
@@ -27,7 +28,7 @@ window), so a caller can memoise it until then.
 The package, by topic: ``states`` (the closed sets the API speaks), ``verdicts`` (what the
 scheduler said), ``autoscalers`` (what the node autoscalers said: is a node coming?),
 ``gang`` (PodGroup or Workload), ``pods`` (one pod's state and advice), ``groups`` (counts
-and scale-up advice), ``status`` (the whole status).
+and scale-up advice), ``gates`` (scale gates), ``status`` (the whole status).
 """
 
 from raygate.policy.admission.gang import GangSource, GangStatus
@@ -46,6 +47,7 @@ from raygate.policy.admission.states import (
     Advice,
     PodAction,
     PodState,
+    ScaleGate,
     ScaleUp,
     is_running,
     whole_seconds,
@@ -75,6 +77,7 @@ __all__ = [
     "PodRule",
     "PodState",
     "PodStatus",
+    "ScaleGate",
     "ScaleUp",
     "SchedulerVerdict",
     "admission_inputs",

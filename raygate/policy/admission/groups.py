@@ -12,6 +12,7 @@ from raygate.policy.admission.states import (
     PENDING_STATES,
     Advice,
     PodState,
+    ScaleGate,
     ScaleUp,
     is_running,
 )
@@ -36,6 +37,9 @@ class GroupStatus:
     preempted: int
     """Pods the scheduler preempted within the thrash-guard window."""
     scale_up: Advice[ScaleUp]
+    scale_gates: tuple[ScaleGate, ...] = ()
+    """The gates raygate wants on the group and those on the RayCluster
+    (``raygate.policy.admission.gates.group_scale_gates``)."""
 
 
 @dataclass(frozen=True, slots=True)

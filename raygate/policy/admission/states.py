@@ -60,6 +60,29 @@ class ScaleUp(StrEnum):
     HOLD = "hold"
 
 
+GATE_RAYGATE = "raygate"
+"""A scale gate's writer: raygate (a name under ``raygate.io/``), or ``GATE_OTHER``."""
+GATE_OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleGate:
+    """A worker group's scale gate (KubeRay's ``scaleStrategy.scaleGate``): one raygate's
+    policy wants, one on the RayCluster, or both (``raygate.policy.admission.gates``)."""
+
+    name: str
+    writer: str
+    """``raygate`` (a name under ``raygate.io/``) or ``other``."""
+    reason: str
+    since: int | None
+    """When its reason began (the earliest ``since`` of the pods behind it); None when
+    unknown, and for another writer's gate."""
+    wanted: bool
+    """raygate's policy wants it now (never for another writer's)."""
+    present: bool
+    """On the RayCluster, as raygate's cache last saw it."""
+
+
 A = TypeVar("A", PodAction, ScaleUp)
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from raygate.policy.admission.autoscalers import signal_inputs
 from raygate.policy.admission.gang import GangStatus, gang_of, podgroup_names
+from raygate.policy.admission.gates import group_scale_gates
 from raygate.policy.admission.groups import GroupStatus, group_status
 from raygate.policy.admission.pods import PodStatus, derive_pod, is_listed, pod_facts
 from raygate.policy.admission.verdicts import SKIPPED_FOR_SIBLING
@@ -80,7 +81,10 @@ def admission_status(
     for name in (HEAD_GROUP, *(g.name for g in cluster.worker_groups)):
         group, until = group_status(cluster, name, view, gang=gang.status,
                               pods=by_group.get(name, ()), config=config, now=now)
-        groups.append(group)
+        spec = cluster.worker_group(name)
+        groups.append(replace(group, scale_gates=group_scale_gates(
+            group, by_group.get(name, ()), spec.scale_gates if spec is not None else (),
+            writing=config.scale_gates)))
         if until is not None:
             deadlines.append(until)
     result = AdmissionStatus(cluster.namespace, cluster.name, gang.status, tuple(groups),

@@ -386,6 +386,7 @@ class Group(_message.Message):
     PENDING_FIELD_NUMBER: _builtins.int
     PREEMPTED_FIELD_NUMBER: _builtins.int
     SCALE_UP_FIELD_NUMBER: _builtins.int
+    SCALE_GATES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The ray.io/group label: "headgroup" for the head, else the worker group's name."""
     floor: _builtins.int
@@ -413,6 +414,14 @@ class Group(_message.Message):
     def scale_up(self) -> Global___GroupAdvice:
         """Whether adding pods to this group makes sense now."""
 
+    @_builtins.property
+    def scale_gates(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScaleGate]:
+        """The group's scale gates (KubeRay's workerGroupSpecs[].scaleStrategy.scaleGate): first
+        those raygate's policy wants now, then the other entries on the RayCluster in their
+        order (raygate's it no longer wants, other controllers'). Empty for the head group
+        and for a worker group with none.
+        """
+
     def __init__(
         self,
         *,
@@ -424,14 +433,68 @@ class Group(_message.Message):
         pending: _builtins.int = ...,
         preempted: _builtins.int = ...,
         scale_up: Global___GroupAdvice | None = ...,
+        scale_gates: _abc.Iterable[Global___ScaleGate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scale_up", b"scale_up"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["desired", b"desired", "floor", b"floor", "name", b"name", "pending", b"pending", "preempted", b"preempted", "running", b"running", "scale_up", b"scale_up", "scheduled", b"scheduled"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["desired", b"desired", "floor", b"floor", "name", b"name", "pending", b"pending", "preempted", b"preempted", "running", b"running", "scale_gates", b"scale_gates", "scale_up", b"scale_up", "scheduled", b"scheduled"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Group: _TypeAlias = Group  # noqa: Y015
+
+@_typing.final
+class ScaleGate(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    WRITER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    WANTED_FIELD_NUMBER: _builtins.int
+    PRESENT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The gate: raygate's are under raygate.io/ (no-node-coming, only-gpu-room,
+    thrash-guard, scale-up-cannot-fit); others are another controller's (e.g. Kueue's
+    kueue.k8s.io/quota-exceeded).
+    """
+    writer: _builtins.str
+    """"raygate" for a name under raygate.io/, else "other"."""
+    reason: _builtins.str
+    """Why, in words: for a gate raygate wants, its policy's reason (quoting the pod behind
+    it); "no reason for it holds now: raygate removes it" for one of raygate's it no
+    longer wants; "set by another controller" for another writer's.
+    """
+    wanted: _builtins.bool
+    """raygate's policy wants it now (policy scaleGates on); never for another writer's."""
+    present: _builtins.bool
+    """On the RayCluster, as raygate's cache last saw it. Wanted and not present: not
+    written yet (or the RayCluster's CRD has no scaleGate field); present and not
+    wanted: raygate removes it.
+    """
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """When its reason began: the earliest `since` of the pods behind it. Unset when raygate
+        cannot tell, and for gates it does not want.
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        writer: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        since: _timestamp_pb2.Timestamp | None = ...,
+        wanted: _builtins.bool = ...,
+        present: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "present", b"present", "reason", b"reason", "since", b"since", "wanted", b"wanted", "writer", b"writer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScaleGate: _TypeAlias = ScaleGate  # noqa: Y015
 
 @_typing.final
 class GroupAdvice(_message.Message):
