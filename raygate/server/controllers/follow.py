@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -57,7 +58,7 @@ class Looks:
         self._looked = None
 
 
-class OnLoop(Looks):
+class OnLoop(Looks, ABC):
     """Follows the cache on the server's event loop; ``check`` is the controller's."""
 
     def __init__(self, cache: ClusterCache, *, delay_seconds: float = 0.0,
@@ -78,9 +79,9 @@ class OnLoop(Looks):
     def loop(self) -> asyncio.AbstractEventLoop | None:
         return self._loop
 
+    @abstractmethod
     def check(self) -> object:
         """The controller's work, on the loop."""
-        raise NotImplementedError
 
     def wanted(self) -> bool:
         """Whether a wake is worth a check now (a controller with nothing to look at
@@ -138,7 +139,7 @@ class OnLoop(Looks):
         future.add_done_callback(finished)
 
 
-class OnThread:
+class OnThread(ABC):
     """Follows the cache (None: only ``wake``) on a thread of its own; ``check`` is the
     controller's. ``doing`` names the work in the log line of an error ``check`` lets out
     (a bug: logged, and the thread goes on ``after_bug_seconds`` later)."""
@@ -159,9 +160,9 @@ class OnThread:
         self._thread: threading.Thread | None = None
         self._unfollow: Callable[[], None] | None = None
 
+    @abstractmethod
     def check(self) -> object:
         """The controller's work, on the thread."""
-        raise NotImplementedError
 
     def idle_seconds(self) -> float | None:
         """How long the thread may sleep unwoken; None: until woken."""

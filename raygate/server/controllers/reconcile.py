@@ -14,6 +14,7 @@ first, following the cache, is ``controllers.follow``).
 from __future__ import annotations
 
 import logging
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -122,13 +123,13 @@ class Reconciler(OnThread, Looks, Generic[Key]):
         self.retries: Retries[Key] = Retries(backoff)
 
     # --- what the controller supplies -----------------------------------------------
+    @abstractmethod
     def keys(self, snap: Snapshot, changes: Changes | None) -> Iterable[Key]:
         """The keys ``changes`` touched; every key when None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reconcile(self, key: Key, snap: Snapshot, now: float) -> Result:
         """Bring ``key`` in line with ``snap``; raise to be tried again."""
-        raise NotImplementedError
 
     def subject(self, key: Key, snap: Snapshot) -> str:
         """What reconciling ``key`` does, for the log."""
