@@ -1,18 +1,19 @@
-"""``raygate.policy.scale_gates``: the gates a worker group's status gives, one per
-reason; never for a wait another controller decides (Kueue's quota, a gang's admission)."""
+"""``raygate.policy.admission.gates`` and ``raygate.policy.scale_gates``: the gates a worker
+group's status gives, one per reason; never for a wait another controller decides (Kueue's quota, a gang's admission)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from raygate.policy.admission import PodAction, PodState, ScaleUp
+from raygate.policy.admission.gates import group_gates, group_scale_gates
 from raygate.policy.admission.groups import GroupStatus
 from raygate.policy.admission.pods import PodStatus
 from raygate.policy.admission.states import Advice
 from raygate.policy.admission.status import AdmissionStatus
-from raygate.policy.scale_gates import cluster_gates, group_gates
+from raygate.policy.scale_gates import cluster_gates
 
 GPU_REFUSED = ("no node has room: Insufficient cpu (the scheduler says: 0/3 nodes are "
                "available: 1 raygate: surplus-prefers-cpu: GPU node refused to a CPU-only "
@@ -92,10 +93,14 @@ def test_each_gate_says_why() -> None:
 
 def test_the_head_group_has_none_and_every_worker_group_is_said() -> None:
     stranded = pod(PodState.NO_NODE_COMING, "no-node-coming", name="h")
+    pods = (PodStatus("w", "u", "a", "", PodState.NO_NODE_COMING, "", None,
+                      Advice(PodAction.KEEP, ""), "no-node-coming"),)
+    # Each group's gates as admission_status decides them, which cluster_gates reads.
+    groups = tuple(replace(g, scale_gates=group_scale_gates(
+        g, [p for p in pods if p.group == g.name], ()))
+        for g in (group("headgroup"), group("a"), group("b")))
     status = AdmissionStatus("ray", "rc", None,  # type: ignore[arg-type] # unread here
-                             (group("headgroup"), group("a"), group("b")),
-                             (PodStatus("w", "u", "a", "", PodState.NO_NODE_COMING, "", None,
-                                        Advice(PodAction.KEEP, ""), "no-node-coming"),))
+                             groups, pods)
     assert group_gates(group("headgroup"), [stranded]) == {}
     assert {g: set(v) for g, v in cluster_gates(status).items()} == {
         "a": {"raygate.io/no-node-coming"}, "b": set()}

@@ -33,8 +33,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from raygate.policy.admission import admission_status
+from raygate.policy.admission.gates import PREFIX
 from raygate.policy.model import RayClusterView
-from raygate.policy.scale_gates import PREFIX, cluster_gates
+from raygate.policy.scale_gates import cluster_gates
 from raygate.process.logs import about
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Changes, Snapshot
