@@ -1,5 +1,6 @@
 """``raygate.policy.admission.gates`` and ``raygate.policy.scale_gates``: the gates a worker
-group's status gives, one per reason; never for a wait another controller decides (Kueue's quota, a gang's admission)."""
+group's status gives, one per reason; never for a wait another controller decides (Kueue's
+quota, a gang's admission)."""
 
 from __future__ import annotations
 
