@@ -22,15 +22,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from raygate.contract.scale_gate import PREFIX, gate_key
 from raygate.process.logs import about
 
-__all__ = ["RAYGATE_PREFIX", "ScaleGates", "gates_of", "keep_gates"]
+__all__ = ["ScaleGates", "gates_of", "keep_gates"]
 
 log = logging.getLogger("raygate.autoscaler")
 
-RAYGATE_PREFIX = "raygate.io/"
-GATE_KEYS = ("type", "name")
-"""Where an entry names its gate, in order of preference."""
 
 Gated = Mapping[str, tuple[str, ...]]
 """Gate names by worker group; a group without gates is absent."""
@@ -43,20 +41,14 @@ def gates_of(cluster: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     for group in cluster.get("spec", {}).get("workerGroupSpecs") or ():
         strategy = group.get("scaleStrategy")
         entries = strategy.get("scaleGate") if isinstance(strategy, dict) else None
-        names = {name for entry in entries or () if (name := _gate_name(entry))}
+        names = {name for entry in entries or () if (name := gate_key(entry)[1])}
         if names and isinstance(group.get("groupName"), str):
             found[group["groupName"]] = tuple(sorted(names))
     return found
 
 
-def _gate_name(entry: Any) -> str | None:
-    if not isinstance(entry, dict):
-        return None
-    return next((v for k in GATE_KEYS if isinstance(v := entry.get(k), str) and v), None)
-
-
 def is_raygates(gate: str) -> bool:
-    return gate.startswith(RAYGATE_PREFIX)
+    return gate.startswith(PREFIX)
 
 
 class ScaleGates:

@@ -10,12 +10,12 @@ from typing import Any
 
 import msgspec
 
+from raygate.contract.scale_gate import PREFIX, gate_key
 from raygate.server.wire import DECODE_ERRORS, kube
 
-__all__ = ["GATE_KEYS", "RAY_SCHEDULER", "SCALE_GATE_PREFIX", "RayClusterRead", "decode_cluster",
+__all__ = ["RAY_SCHEDULER", "RayClusterRead", "decode_cluster",
            "ray_scheduler_templates", "scale_gate_removal"]
 
-SCALE_GATE_PREFIX = "raygate.io/"
 RAY_SCHEDULER = "ray-scheduler"
 Ops = list[dict[str, Any]]
 
@@ -56,20 +56,6 @@ class RayClusterRead(_Camel):
     spec: _Spec = msgspec.field(default_factory=_Spec)
 
 
-GATE_KEYS = ("type", "name")
-"""A ``scaleGate`` entry's key: ``type`` (kuberay#5094's last readable revision), ``name``
-(its earlier ones). Either is read: the command needs no schema."""
-
-
-def _gate_name(entry: object) -> tuple[str, str]:
-    """The entry's key and its value; ("", "") when it has neither key."""
-    for key in GATE_KEYS:
-        name = entry.get(key) if isinstance(entry, dict) else None
-        if isinstance(name, str):
-            return key, name
-    return "", ""
-
-
 def scale_gate_removal(uid: str, groups: Sequence[Sequence[object] | None]) -> Ops:
     """The JSON Patch that removes raygate's entries (keyed ``raygate.io/...``) from each
     worker group's ``scaleStrategy.scaleGate`` (``groups[i]``: group i's entries as read,
@@ -79,8 +65,8 @@ def scale_gate_removal(uid: str, groups: Sequence[Sequence[object] | None]) -> O
     ops: Ops = []
     for i, entries in enumerate(groups):
         for j in reversed(range(len(entries or ()))):
-            key, name = _gate_name((entries or ())[j])
-            if name.startswith(SCALE_GATE_PREFIX):
+            key, name = gate_key((entries or ())[j])
+            if name.startswith(PREFIX):
                 path = f"/spec/workerGroupSpecs/{i}/scaleStrategy/scaleGate/{j}"
                 ops += [{"op": "test", "path": f"{path}/{key}", "value": name},
                         {"op": "remove", "path": path}]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from raygate.contract.scale_gate import PREFIX, gate_key
 from raygate.policy.admission.groups import GroupStatus
 from raygate.policy.admission.pods import PodStatus
 from raygate.policy.admission.states import (
@@ -34,11 +35,10 @@ from raygate.policy.admission.states import (
 from raygate.policy.classify import HEAD_GROUP
 from raygate.policy.placement import GPU_REFUSAL, Rule
 
-__all__ = ["CANNOT_FIT", "FOREIGN", "NO_NODE_COMING", "ONLY_GPU_ROOM", "PREFIX",
+__all__ = ["CANNOT_FIT", "FOREIGN", "NO_NODE_COMING", "ONLY_GPU_ROOM",
            "SCALE_GATE_RULES", "STALE", "THRASH_GUARD", "ScaleGateRule", "group_gates",
            "group_scale_gates"]
 
-PREFIX = "raygate.io/"
 """Every gate raygate writes is named under it; it removes only those."""
 
 NO_NODE_COMING = PREFIX + "no-node-coming"
@@ -146,12 +146,6 @@ def group_gates(status: GroupStatus, pods: Iterable[PodStatus]) -> dict[str, str
     return {gate.name: gate.reason for gate in _wanted(status, pods)}
 
 
-def _entry_name(entry: Mapping[str, str]) -> str:
-    # The served schema keys entries by `type` (kuberay#5094's last revision), or by
-    # `name` (earlier ones); the status need not read the schema to tell which.
-    return entry.get("type") or entry.get("name") or ""
-
-
 def group_scale_gates(status: GroupStatus, pods: Iterable[PodStatus],
                       entries: Sequence[Mapping[str, str]], *, writing: bool = True,
                       ) -> tuple[ScaleGate, ...]:
@@ -159,7 +153,7 @@ def group_scale_gates(status: GroupStatus, pods: Iterable[PodStatus],
     when ``writing`` is off: ``policy.scaleGates``), each marked present when on the
     RayCluster, then the RayCluster's other ``entries`` in their order: raygate's it no
     longer wants (``STALE``) and other writers' (``FOREIGN``)."""
-    on_cluster = [name for name in map(_entry_name, entries) if name]
+    on_cluster = [name for name in (gate_key(entry)[1] for entry in entries) if name]
     wanted = _wanted(status, pods) if writing else []
     names = {gate.name for gate in wanted}
     shown = [ScaleGate(g.name, g.writer, g.reason, g.since, wanted=True,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from raygate.policy.admission.gates import PREFIX
+from raygate.contract.scale_gate import PREFIX
 
 __all__ = ["gate_key", "gate_ops"]
 

@@ -32,8 +32,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from raygate.contract.scale_gate import PREFIX
 from raygate.policy.admission import admission_status
-from raygate.policy.admission.gates import PREFIX
 from raygate.policy.model import RayClusterView
 from raygate.policy.scale_gates import cluster_gates
 from raygate.process.logs import about
