@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import msgspec
 
+from raygate.contract.admission_status import ScaleGate
 from raygate.contract.explain import ExplainReply
 
 __all__ = ["render_table"]
+
+
+def _gate(gate: ScaleGate) -> str:
+    """``scale gate NAME (WRITER, since T): REASON``. One raygate wants that is not on the
+    RayCluster (not written yet, or its CRD has no ``scaleGate``) says so: no autoscaler
+    sees it there."""
+    said = [gate.writer]
+    if gate.since is not None:
+        said.append(f"since {msgspec.to_builtins(gate.since)}")  # as the JSON writes it
+    if gate.wanted and not gate.present:
+        said.append("not on the RayCluster")
+    return f"  scale gate {gate.name} ({', '.join(said)}): {gate.reason}"
 
 
 def render_table(reply: ExplainReply) -> str:
@@ -20,6 +33,7 @@ def render_table(reply: ExplainReply) -> str:
     ]
     if reply.admission_state:
         lines.append(f"  admission: {reply.admission_state}: {reply.admission_reason}")
+    lines += [_gate(gate) for gate in reply.scale_gates]
     if reply.native_placement:
         lines.append(f"  native placement: {reply.native_placement}")
     width = max([len(n.name) for n in reply.nodes] + [4])

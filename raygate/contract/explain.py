@@ -2,13 +2,16 @@
 one pod and each node's verdict, as the server sends it and ``raygate explain`` reads it.
 
 camelCase keys, as the rest of raygate's API; ``raygate/server/openapi.json`` describes
-the same document (its schemas are generated from these structs)."""
+the same document (its schemas are generated from these structs, but the scale gates':
+the admission status' ``ScaleGate``, whose schema is written there by hand)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 import msgspec
+
+from raygate.contract.admission_status import ScaleGate
 
 __all__ = ["ExplainReply", "NodeReply"]
 
@@ -43,3 +46,6 @@ class ExplainReply(_Base, kw_only=True):
     admission_reason: str | None = None
     native_placement: str | None = None
     nodes: list[NodeReply]
+    # The pod's group's, as its RayCluster's admission status shows them. A default, so
+    # that a reply of a server before it still reads.
+    scale_gates: list[ScaleGate] = msgspec.field(default_factory=list)

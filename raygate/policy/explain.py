@@ -4,6 +4,9 @@ The same decision ``filter``, ``prioritize`` and ``preempt`` make (``placement.d
 spelled out:
 each node's class and why, the filter verdict and rule, the score; the pod's role and
 why, and the thrash guard's state. Tests hold it to what the extender really answers.
+From the admission status of the pod's RayCluster: the pod's admission state, and its
+group's scale gates (while they hold, an autoscaler that honours them sends the group's
+demand to another group).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from raygate.policy.admission import admission_status, is_running, whole_seconds
+from raygate.policy.admission import ScaleGate, admission_status, is_running, whole_seconds
 from raygate.policy.classify import gpu_node_reason
 from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
@@ -56,6 +59,10 @@ class Explanation:
     admission_reason: str | None = None
     native_placement: str | None = None
     """raygate's rule in native form on the pod (``_native``), or None."""
+    scale_gates: tuple[ScaleGate, ...] = ()
+    """The scale gates of the pod's group, as its RayCluster's admission status shows
+    them (``admission.gates``); () for the head, a pod that is no Ray pod, or a
+    RayCluster raygate does not know."""
 
 
 def _node(name: str, view_node: NodeView | None, decision: Decision,
@@ -92,7 +99,7 @@ def explain(
 ) -> Explanation:
     decision = decide(pod, view, config, now)
     until = thrash_guard_until(pod, view, config) if pod.is_ray else None
-    state, why = _admission(pod, view, config, now)
+    state, why, gates = _admission(pod, view, config, now)
     nodes = sorted(
         (_node(name, view.node(name), decision, config, view.dra_gpu_nodes)
          for name in node_names),
@@ -110,6 +117,7 @@ def explain(
         admission_state=state or None,
         admission_reason=why or None,
         native_placement=_native(pod) or None,
+        scale_gates=gates,
     )
 
 
@@ -128,17 +136,21 @@ def _native(pod: PodView) -> str:
 
 
 def _admission(pod: PodView, view: ClusterView, config: PolicyConfig,
-               now: float) -> tuple[str, str]:
+               now: float) -> tuple[str, str, tuple[ScaleGate, ...]]:
+    """The pod's admission state and why, and its group's scale gates."""
     if not pod.is_ray:
-        return "", ""
+        return "", "", ()
     cluster = view.raycluster(pod.namespace, pod.ray_cluster)
     if cluster is None:
-        return "", f"RayCluster {pod.namespace}/{pod.ray_cluster} is unknown to raygate"
-    for status in admission_status(cluster, view, config, now).status.pods:
-        if status.uid == pod.uid:
-            return status.state.value, status.reason
+        return "", f"RayCluster {pod.namespace}/{pod.ray_cluster} is unknown to raygate", ()
+    status = admission_status(cluster, view, config, now).status
+    group = pod.group_key.group
+    gates = next((g.scale_gates for g in status.groups if g.name == group), ())
+    for listed in status.pods:
+        if listed.uid == pod.uid:
+            return listed.state.value, listed.reason, gates
     if is_running(pod):
-        return "Running", "running and ready"
+        return "Running", "running and ready", gates
     if view.pod(pod.uid) is None:
-        return "", "not in raygate's cache"
-    return "", "not in the admission status (finished or being deleted)"
+        return "", "not in raygate's cache", gates
+    return "", "not in the admission status (finished or being deleted)", gates

@@ -79,13 +79,14 @@ def _status(pod_state: str, since: datetime | None, source: ObjectReference | No
 
 
 def _explanation(until: datetime | None, state: str | None, score: int | None,
-                 ) -> ExplainReply:
+                 gates: tuple[ScaleGate, ...] = ()) -> ExplainReply:
     return ExplainReply(
         pod="ray/p", verdict="avoid-gpu", rule="floor-avoids-gpu", role="floor",
         reason="why", thrash_guard_until=until, thrash_guard_active=False,
         admission_state=state, admission_reason=state and "in words", native_placement=None,
         nodes=[NodeReply("cpu-1", "cpu", "no GPU", True, "", "passes", score),
-               NodeReply("gpu-1", "gpu", "label", False, "floor-avoids-gpu", "no", 0)])
+               NodeReply("gpu-1", "gpu", "label", False, "floor-avoids-gpu", "no", 0)],
+        scale_gates=list(gates))
 
 
 @pytest.mark.parametrize(("value", "message"), [
@@ -97,6 +98,11 @@ def _explanation(until: datetime | None, state: str | None, score: int | None,
     (WatchEvent("SYNCED", None), pb.WatchEvent),
     (WatchEvent("MODIFIED", _status("Evicted", None, None)), pb.WatchEvent),
     (_explanation(T, "WaitingForCapacity", 10), epb.Explanation),
+    (_explanation(None, "NoNodeComing", 10, (
+        ScaleGate("raygate.io/no-node-coming", "raygate", "pod p: none", T, wanted=True,
+                  present=True),
+        ScaleGate("kueue.k8s.io/quota-exceeded", "other", "set by another controller", None,
+                  wanted=False, present=True))), epb.Explanation),
     (_explanation(None, None, None), epb.Explanation),
 ])
 def test_a_struct_through_its_message_and_back(value: msgspec.Struct,

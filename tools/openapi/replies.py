@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from raygate.contract.admission_status import ScaleGate
 from raygate.contract.explain import ExplainReply
 from raygate.server.wire.admission_review import AdmissionReviewIn, AdmissionReviewOut
 from tools.openapi.decoded import tidy
@@ -20,6 +21,8 @@ def _explain() -> dict[str, Schema]:
         [ExplainReply], ref_template="#/components/schemas/{name}")
     components: dict[str, Schema] = {}
     for name, made in explain.items():
+        if name == ScaleGate.__name__:
+            continue  # the admission status', written by hand in the file with its prose
         schema = tidy(made)
         # Every field is written, defaults included.
         schema["required"] = list(schema["properties"])

@@ -25,9 +25,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from raygate.contract.proto.raygate.v1 import admission_pb2 as raygate_dot_v1_dot_admission__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18raygate/v1/explain.proto\x12\nraygate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"E\n\x0e\x45xplainRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nnode_names\x18\x03 \x03(\t\"\x95\x01\n\x0fNodeExplanation\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nnode_class\x18\x02 \x01(\t\x12\x14\n\x0c\x63lass_reason\x18\x03 \x01(\t\x12\x0e\n\x06passes\x18\x04 \x01(\x08\x12\x0c\n\x04rule\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x12\n\x05score\x18\x07 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_score\"\xa5\x02\n\x0b\x45xplanation\x12\x0b\n\x03pod\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x0c\n\x04rule\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x36\n\x12thrash_guard_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13thrash_guard_active\x18\x07 \x01(\x08\x12\x17\n\x0f\x61\x64mission_state\x18\x08 \x01(\t\x12\x18\n\x10\x61\x64mission_reason\x18\t \x01(\t\x12*\n\x05nodes\x18\n \x03(\x0b\x32\x1b.raygate.v1.NodeExplanation\x12\x18\n\x10native_placement\x18\x0b \x01(\t2I\n\x07\x45xplain\x12>\n\x07\x45xplain\x12\x1a.raygate.v1.ExplainRequest\x1a\x17.raygate.v1.ExplanationB%Z#raygate.io/api/raygate/v1;raygatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18raygate/v1/explain.proto\x12\nraygate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1araygate/v1/admission.proto\"E\n\x0e\x45xplainRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nnode_names\x18\x03 \x03(\t\"\x95\x01\n\x0fNodeExplanation\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nnode_class\x18\x02 \x01(\t\x12\x14\n\x0c\x63lass_reason\x18\x03 \x01(\t\x12\x0e\n\x06passes\x18\x04 \x01(\x08\x12\x0c\n\x04rule\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x12\n\x05score\x18\x07 \x01(\x05H\x00\x88\x01\x01\x42\x08\n\x06_score\"\xd1\x02\n\x0b\x45xplanation\x12\x0b\n\x03pod\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x0c\n\x04rule\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x36\n\x12thrash_guard_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13thrash_guard_active\x18\x07 \x01(\x08\x12\x17\n\x0f\x61\x64mission_state\x18\x08 \x01(\t\x12\x18\n\x10\x61\x64mission_reason\x18\t \x01(\t\x12*\n\x05nodes\x18\n \x03(\x0b\x32\x1b.raygate.v1.NodeExplanation\x12\x18\n\x10native_placement\x18\x0b \x01(\t\x12*\n\x0bscale_gates\x18\x0c \x03(\x0b\x32\x15.raygate.v1.ScaleGate2I\n\x07\x45xplain\x12>\n\x07\x45xplain\x12\x1a.raygate.v1.ExplainRequest\x1a\x17.raygate.v1.ExplanationB%Z#raygate.io/api/raygate/v1;raygatev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,12 +36,12 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raygate.v1.explain_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z#raygate.io/api/raygate/v1;raygatev1'
-  _globals['_EXPLAINREQUEST']._serialized_start=73
-  _globals['_EXPLAINREQUEST']._serialized_end=142
-  _globals['_NODEEXPLANATION']._serialized_start=145
-  _globals['_NODEEXPLANATION']._serialized_end=294
-  _globals['_EXPLANATION']._serialized_start=297
-  _globals['_EXPLANATION']._serialized_end=590
-  _globals['_EXPLAIN']._serialized_start=592
-  _globals['_EXPLAIN']._serialized_end=665
+  _globals['_EXPLAINREQUEST']._serialized_start=101
+  _globals['_EXPLAINREQUEST']._serialized_end=170
+  _globals['_NODEEXPLANATION']._serialized_start=173
+  _globals['_NODEEXPLANATION']._serialized_end=322
+  _globals['_EXPLANATION']._serialized_start=325
+  _globals['_EXPLANATION']._serialized_end=662
+  _globals['_EXPLAIN']._serialized_start=664
+  _globals['_EXPLAIN']._serialized_end=737
 # @@protoc_insertion_point(module_scope)

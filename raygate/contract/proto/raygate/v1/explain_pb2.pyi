@@ -7,6 +7,9 @@ raygate.v1.Explain: why raygate would place a pod where it would, node by node.
 
 The same decision the scheduler extender makes (filter and prioritize), spelled out.
 HTTP: GET /v1/namespaces/{namespace}/pods/{name}/explain (same fields, camelCase JSON).
+
+It imports raygate/v1/admission.proto for its ScaleGate message (one definition for both
+services): generate stubs from both files together.
 """
 
 from collections import abc as _abc
@@ -14,6 +17,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from raygate.contract.proto.raygate.v1 import admission_pb2 as _admission_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -119,6 +123,7 @@ class Explanation(_message.Message):
     ADMISSION_REASON_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
     NATIVE_PLACEMENT_FIELD_NUMBER: _builtins.int
+    SCALE_GATES_FIELD_NUMBER: _builtins.int
     pod: _builtins.str
     """"namespace/name" of the pod."""
     verdict: _builtins.str
@@ -152,6 +157,13 @@ class Explanation(_message.Message):
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeExplanation]:
         """Best first: passing nodes before refused ones, then by score, then by name."""
 
+    @_builtins.property
+    def scale_gates(self) -> _containers.RepeatedCompositeFieldContainer[_admission_pb2.ScaleGate]:
+        """The scale gates of the pod's worker group, as its RayCluster's admission status shows
+        them (raygate.v1.Group.scale_gates: which, writer, why, since when, wanted, present);
+        empty for the head, a pod that is no Ray pod, or a RayCluster raygate does not know.
+        """
+
     def __init__(
         self,
         *,
@@ -166,10 +178,11 @@ class Explanation(_message.Message):
         admission_reason: _builtins.str = ...,
         nodes: _abc.Iterable[Global___NodeExplanation] | None = ...,
         native_placement: _builtins.str = ...,
+        scale_gates: _abc.Iterable[_admission_pb2.ScaleGate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["thrash_guard_until", b"thrash_guard_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_reason", b"admission_reason", "admission_state", b"admission_state", "native_placement", b"native_placement", "nodes", b"nodes", "pod", b"pod", "reason", b"reason", "role", b"role", "rule", b"rule", "thrash_guard_active", b"thrash_guard_active", "thrash_guard_until", b"thrash_guard_until", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_reason", b"admission_reason", "admission_state", b"admission_state", "native_placement", b"native_placement", "nodes", b"nodes", "pod", b"pod", "reason", b"reason", "role", b"role", "rule", b"rule", "scale_gates", b"scale_gates", "thrash_guard_active", b"thrash_guard_active", "thrash_guard_until", b"thrash_guard_until", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

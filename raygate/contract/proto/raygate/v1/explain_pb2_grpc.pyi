@@ -7,6 +7,9 @@ raygate.v1.Explain: why raygate would place a pod where it would, node by node.
 
 The same decision the scheduler extender makes (filter and prioritize), spelled out.
 HTTP: GET /v1/namespaces/{namespace}/pods/{name}/explain (same fields, camelCase JSON).
+
+It imports raygate/v1/admission.proto for its ScaleGate message (one definition for both
+services): generate stubs from both files together.
 """
 
 from collections import abc as _abc
