@@ -64,6 +64,9 @@ class GroupSpec:
     """KubeRay 1.7's ``priority``: the Ray autoscaler's preference between groups."""
     node_affinity: tuple[tuple[NodeRequirement, ...], ...] | None = None
     """The template's required node affinity: its terms (ORed), None when it has none."""
+    scale_gates: tuple[str, ...] = ()
+    """``scaleStrategy.scaleGate``: each entry's gate (``contract.scale_gate.gate_key``;
+    "" for an entry that names none), in order."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ Each rule is a small pure function from a RayCluster (and, when live, what rayga
 the cluster) to findings with a stable ID, a severity, the field path and a one-line fix.
 The background: how KubeRay sizes a gang (Volcano's PodGroup ``minMember`` and
 ``minResources``, Kubernetes' own PodGroup ``minCount``). The rules about GPU nodes are
-``raygate.policy.lint.gpu``'s.
+``raygate.policy.lint.gpu``'s, the one about scale gates (RG018)
+``raygate.policy.lint.scale_gates``'s.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from raygate.policy.lint.model import (
     group_label,
     group_path,
 )
+from raygate.policy.lint.scale_gates import rg018_scale_gates
 from raygate.policy.quantity import parse_milli
 from raygate.policy.scale_up import ALL_OR_NOTHING
 from raygate.policy.scale_up import ANNOTATION as SCALE_UP_ANNOTATION
@@ -359,6 +361,7 @@ RULES: Sequence[LintRule] = (
     rg015_kubernetes_gang_autoscaled,
     rg016_cpu_group_first,
     rg017_scale_up_holds_nothing,
+    rg018_scale_gates,
 )
 
 

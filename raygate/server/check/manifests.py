@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from raygate.contract.scale_gate import gate_key
 from raygate.policy.config import PolicyConfig
 from raygate.policy.lint.manifest import RAY_KINDS, field_path, schema_violation
 from raygate.policy.lint.model import (
@@ -52,6 +53,11 @@ def _tolerations(pod: PodSpec) -> tuple[Toleration, ...]:
                  for t in pod.tolerations or ())
 
 
+def _scale_gates(strategy: dict[str, Any] | None) -> tuple[str, ...]:
+    entries = (strategy or {}).get("scaleGate")
+    return tuple(gate_key(e)[1] for e in entries) if isinstance(entries, list) else ()
+
+
 def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
                  spec_path: str = "spec") -> LintCluster:
     """What the rules read of a RayCluster; ``kind`` and ``spec_path`` say where its spec
@@ -71,6 +77,7 @@ def lint_cluster(manifest: RayClusterManifest, kind: str = "RayCluster",
             claims=convert.pod_claims(pod.resource_claims),
             priority=g.priority,
             node_affinity=required_terms(pod.affinity),
+            scale_gates=_scale_gates(g.scale_strategy),
         ))
     options = spec.autoscaler_options
     autoscaler = None

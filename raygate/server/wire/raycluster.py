@@ -1,6 +1,7 @@
 """The parts of a RayCluster manifest ``raygate check`` reads: group sizes, the pod
 templates' resources, resource claims, tolerations, node selectors and scheduler,
-autoscaler options, labels. (The cache's slimmer ``kube.RayCluster`` skips templates.)"""
+autoscaler options, labels, scale gates. (The cache's slimmer ``kube.RayCluster`` skips
+templates.)"""
 
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ class WorkerGroupSpec(_Base):
     max_replicas: int | None = None
     num_of_hosts: int | None = None
     priority: int | None = None
+    scale_strategy: dict[str, Any] | None = None
+    """Read for its ``scaleGate`` entries (raygate check's RG018); the CRD's schema judges
+    the rest."""
     template: Template = msgspec.field(default_factory=Template)
 
 
