@@ -13,7 +13,9 @@ order: the floor's budgets refuse a drain; the webhook's configuration and count
 bundle that is not the webhook's (the pod created meanwhile gets no rule, and the
 extender refuses it the GPU node in its stead); the CA put back, that pod replaced; a CPU
 node ``cpu-2`` for the waiting floor worker; an all-or-nothing scale-up that does not
-fit, held at raygate's gate.
+fit, held at raygate's gate, and the scale gate raygate writes for it into the group
+(``raygate.io/scale-up-cannot-fit``: no node autoscaler runs here), as the RayCluster, the
+admission API, explain and ``raygate check`` show it.
 
 The testbed is this module's own: the page shows a whole cluster (every node counted in
 a scheduler's message, every admission in raygate's counters), so no other scenario's
@@ -45,8 +47,10 @@ from e2e.scenario import wait_until
 from raygate.client import connect
 from raygate.contract.admission_status import AdmissionStatus
 from raygate.contract.errors import RaygateError
+from raygate.policy.admission.gates import CANNOT_FIT
 from raygate.policy.native import GATE, LABEL_ROLE
 from testbed.cluster import DEPLOY, REPO, Testbed, binary, running_testbed
+from testbed.kuberay_standin import GATE_KEY
 from testbed.pki import make_pki
 from testbed.webhook import NATIVE_PLACEMENT, webhook_configuration
 
@@ -198,7 +202,10 @@ def test_the_pages_steps_on_the_real_components(testbed: Testbed, page: Page,
                "given", lambda: held(testbed, reader) == 3, timeout=60)
     page.step("gated")
     wait_until("raygate's Events of the held scale-up", lambda: told(testbed), timeout=30)
-    for step in ("held-events", "marker", "extender"):
+    page.step("held-events")
+    wait_until("raygate's scale gate on the overflow group, present in its admission "
+               "status", lambda: scale_gated(testbed, reader), timeout=30)
+    for step in ("scale-gate", "marker", "extender"):
         page.step(step)
     assert page.missing() == [], "blocks of the page no step ran"
     done = "captured anew" if CAPTURE else "matched"
@@ -217,6 +224,18 @@ def held(testbed: Testbed, token: str) -> int:
     said = {p.name for p in (status.pods if status else [])
             if "held together until all fit" in p.reason}
     return len(gated) if gated == said else 0
+
+
+def scale_gated(testbed: Testbed, token: str) -> bool:
+    """raygate's gate for the held scale-up is on the overflow group, and the admission
+    status shows it there (its cache saw the write)."""
+    group = testbed.api().get(CLUSTER)["spec"]["workerGroupSpecs"][1]
+    entries = group.get("scaleStrategy", {}).get("scaleGate") or []
+    status = admission(testbed, token)
+    shown = [(g.name, g.present) for s in (status.groups if status else [])
+             for g in s.scale_gates if s.name == "overflow"]
+    return (entries == [{GATE_KEY: CANNOT_FIT}]
+            and shown == [(CANNOT_FIT, True)])
 
 
 def layout(testbed: Testbed, token: str) -> None:
