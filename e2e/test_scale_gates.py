@@ -139,7 +139,6 @@ def test_raygate_gates_a_group_that_cannot_fit_and_keeps_others_gates(
         f"(before it: {writes:g}).\n"))
 
 
-
 def scheduler_said(pod: dict[str, Any]) -> str:
     return next((str(c.get("message", "")) for c in pod["status"].get("conditions") or []
                  if c["type"] == "PodScheduled"), "")

@@ -8,7 +8,6 @@ attempt): every case runs in both modes, through the real loader and snapshot.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -72,11 +71,18 @@ class Case:
     preempted: bool = False
     """The group lost a pod to preemption on the GPU node 10 s ago: the thrash guard."""
     gpu_pod: bool = False
+    nominated: bool = False
+    """Preemption made room for it on the CPU node: it goes there."""
 
 
+ROOM = Case("CPU node full, GPU node with room", (FULL, ROOMY), {ONLY_GPU_ROOM})
+GPU_FULL = Case("GPU node full too", (FULL, gpu_node("2")), set())
+SURPLUS = Case("a surplus worker may use GPU nodes (scored low): not kept off",
+               (FULL, ROOMY), set(), floor=0)
+THRASH = Case("the thrash guard keeps it off: the thrash guard's gate, not this one",
+              (FULL, ROOMY), {THRASH_GUARD}, floor=0, written="thrash-guard", preempted=True)
 CASES = [
-    Case("CPU node full, GPU node with room", (FULL, ROOMY), {ONLY_GPU_ROOM}),
-    Case("GPU node full too", (FULL, gpu_node("2")), set()),
+    ROOM, GPU_FULL,
     Case("a CPU node with room", (FULL, cpu_node("8", "cpu-b"), ROOMY), set()),
     Case("no CPU node at all, GPU node with room", (ROOMY,), {ONLY_GPU_ROOM}),
     Case("GPU node's taint not tolerated: no room for it there", (FULL, ROOMY), set(),
@@ -84,10 +90,9 @@ CASES = [
     Case("its node selector rules the GPU node out", (FULL, ROOMY), set(),
          selector={"pool": "cpu"}),
     Case("GPU node cordoned", (FULL, gpu_node("16", cordoned=True)), set()),
-    Case("a surplus worker may use GPU nodes (scored low): not kept off", (FULL, ROOMY),
-         set(), floor=0),
-    Case("the thrash guard keeps it off: the thrash guard's gate, not this one",
-         (FULL, ROOMY), {THRASH_GUARD}, floor=0, written="thrash-guard", preempted=True),
+    SURPLUS, THRASH,
+    Case("nominated to the CPU node: room is being made there", (FULL, ROOMY), set(),
+         nominated=True),
     Case("a GPU pod is not raygate's to keep off", (FULL, ROOMY), set(), written="gpu-pod",
          gpu_pod=True),
 ]
@@ -108,7 +113,6 @@ def worker(case: Case, native: bool) -> Obj:
         pod = pod.requests(nvidia_com_gpu="1")
     if case.tolerates:
         pod = pod.tolerate("nvidia.com/gpu")
-    spec: dict[str, Any] = {}
     if native:
         rule = case.written or ("floor-avoids-gpu" if case.floor else "surplus-prefers-cpu")
         role = "floor" if case.floor else "surplus"
@@ -119,8 +123,9 @@ def worker(case: Case, native: bool) -> Obj:
             pod = pod.affinity(PREFERRED)
     made = pod.obj()
     if case.selector:
-        spec["nodeSelector"] = case.selector
-    made["spec"].update(spec)
+        made["spec"]["nodeSelector"] = case.selector
+    if case.nominated:
+        made["status"]["nominatedNodeName"] = "cpu-a"
     return made
 
 
@@ -152,7 +157,7 @@ def test_only_gpu_room_under_native_placement(case: Case) -> None:
 
 
 def test_the_gate_says_which_gpu_node_and_which_rule() -> None:
-    derived = derive(objects(CASES[0], True), "rc", now=NOW)
+    derived = derive(objects(ROOM, True), "rc", now=NOW)
     group = next(g for g in derived.status.groups if g.name == "g")
     assert [(g.name, g.reason) for g in group.scale_gates] == [(ONLY_GPU_ROOM, (
         "pod rc-g-w0: only GPU nodes have room for it (gpu-1 has; no other node it may use "
@@ -160,8 +165,8 @@ def test_the_gate_says_which_gpu_node_and_which_rule() -> None:
 
 
 @pytest.mark.parametrize(("case", "recheck"), [
-    (CASES[0], True), (CASES[1], True),  # the nodes read: they may change alone
-    (CASES[7], False),  # not kept off: no node read, nothing to look at again
+    (ROOM, True), (GPU_FULL, True),  # the nodes read: they may change alone
+    (SURPLUS, False),  # not kept off: no node read, nothing to look at again
 ])
 def test_a_status_that_read_the_nodes_is_derived_again(case: Case, recheck: bool) -> None:
     derived = derive(objects(case, True), "rc", now=NOW)
@@ -169,14 +174,14 @@ def test_a_status_that_read_the_nodes_is_derived_again(case: Case, recheck: bool
 
 
 def test_no_room_read_while_raygate_writes_no_gates() -> None:
-    derived = derive(objects(CASES[0], True), "rc", now=NOW,
+    derived = derive(objects(ROOM, True), "rc", now=NOW,
                      config=PolicyConfig(scale_gates=False))
     assert [p.gpu_room for p in derived.status.pods] == [""]
     assert derived.next_change is None
 
 
 def test_a_native_pod_keeps_its_constraints_while_unbound() -> None:
-    snap = snapshot_of(*objects(CASES[0], True))
+    snap = snapshot_of(*objects(ROOM, True))
     waiting = next(p for p in snap.cluster_pods("ray", "rc") if p.name == "rc-g-w0")
     assert waiting.constraints is not None
     assert waiting.constraints.terms == ((NodeRequirement(GPU_LABEL[0], "NotIn",
@@ -205,8 +210,8 @@ def test_constraints_without_raygates_rule(
 
 
 @pytest.mark.parametrize("mode", ["surplus", "never", "always"])
-@pytest.mark.parametrize("case", [CASES[0], CASES[7], CASES[8]], ids=["floor", "surplus",
-                                                                       "thrash-guard"])
+@pytest.mark.parametrize("case", [ROOM, SURPLUS, THRASH], ids=["floor", "surplus",
+                                                               "thrash-guard"])
 def test_avoids_gpu_names_the_rules_that_refuse_gpu_nodes(case: Case, mode: str) -> None:
     config = policy_config_from_mapping({"gpuNodesForSurplus": mode})
     snap = snapshot_of(*objects(case, False), make_pod("rc-head").head("rc").obj(),

@@ -1,10 +1,10 @@
 """What a pod keeps while raygate's placement gate holds it: the shape of its node affinity
-(the release patch adds to what is there); and while it is an unbound Ray pod, where it may
-go (whether a held all-or-nothing scale-up fits the nodes, ``raygate.policy.scale_up``;
-whether only GPU nodes have room for a waiting one, ``raygate.policy.room``). No other pod
-keeps either: bound pods are most of a cluster, and need neither. They are read from
-``spec.affinity``, ``spec.nodeSelector`` and ``spec.tolerations`` as the API server
-validated them."""
+(the release patch adds to what is there); and while it is held or an unbound Ray pod,
+where it may go (whether a held all-or-nothing scale-up fits the nodes,
+``raygate.policy.scale_up``; whether only GPU nodes have room for a waiting one,
+``raygate.policy.room``). No other pod keeps either: bound pods are most of a cluster, and
+need neither. They are read from ``spec.affinity``, ``spec.nodeSelector`` and
+``spec.tolerations`` as the API server validated them."""
 
 from __future__ import annotations
 
