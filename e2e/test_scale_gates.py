@@ -10,17 +10,25 @@ raygate started again (the next leader) corrects both.
 
 The cause is the simplest verdict of raygate's this testbed triggers without a node
 autoscaler (``NoNodeComing`` needs Karpenter's or Cluster Autoscaler's word).
+
+Second, ``raygate.io/only-gpu-room`` under native placement, as raygate is installed: a
+floor worker tolerating the GPU taint is created with raygate's required not-GPU term, the
+CPU node is full, a GPU node has room; kube-scheduler says the GPU node "didn't match Pod's
+node affinity/selector" (never asking the extender), and raygate gates the group from its
+own fit of the pod on the nodes. A CPU node with room comes: the pod runs there, the gate
+goes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from e2e import report
 from e2e.lagging import metric
-from e2e.objects import Group, node, raycluster
+from e2e.objects import HEAD_NODE, SCENARIO_LABEL, TOLERATE_GPU, Group, node, raycluster
 from e2e.policy import policy_changed
 from e2e.scenario import Scenario, wait_until
 from raygate.policy.scale_up import ALL_OR_NOTHING, ANNOTATION
@@ -33,6 +41,8 @@ CLUSTER = "gated"
 CANNOT_FIT = "raygate.io/scale-up-cannot-fit"
 KUEUE = "kueue.k8s.io/quota-exceeded"
 STALE = "raygate.io/no-node-coming"
+ONLY_GPU_ROOM = "raygate.io/only-gpu-room"
+NOT_GPU = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
 
 
 @pytest.fixture
@@ -128,3 +138,43 @@ def test_raygate_gates_a_group_that_cannot_fit_and_keeps_others_gates(
         f"Kueue's gate stayed throughout. Writes since the restart: {written:g} "
         f"(before it: {writes:g}).\n"))
 
+
+def scheduler_said(pod: dict[str, Any]) -> str:
+    return next((str(c.get("message", "")) for c in pod["status"].get("conditions") or []
+                 if c["type"] == "PodScheduled"), "")
+
+
+def test_raygate_gates_a_cpu_group_whose_only_room_is_on_a_gpu_node(
+        testbed: Testbed, scenario: Scenario, no_node_autoscaler: None) -> None:
+    name = scenario.name
+    # The head alone on a 1-CPU node of its own; the GPU node (8 CPU, the GPU taint) is
+    # the only room for the 2-CPU floor worker, which tolerates the taint.
+    scenario.setup([node(f"{name}-head", name, cpu=1, labels=HEAD_NODE),
+                    node(f"{name}-gpu", name, cpu=8, gpus=1)])
+    body = raycluster(CLUSTER, scenario.namespace, name, [Group(
+        "floor", 1, "2", min=1, max=1, pod_spec={"tolerations": [TOLERATE_GPU]})],
+        head_cpu="1", head_pod_spec={"nodeSelector": {SCENARIO_LABEL: name, **HEAD_NODE}},
+        autoscaling=False)
+    scenario.create(body)
+    added = gated_as(scenario, {ONLY_GPU_ROOM}, timeout=60)
+    [pod] = scenario.group_pods("floor")
+    required = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    said = scheduler_said(pod)
+    assert required == [{"matchExpressions": NOT_GPU}] and not pod["spec"].get("nodeName")
+    assert "didn't match Pod's node affinity/selector" in said, said
+    assert "raygate:" not in said, said  # kube-scheduler never asked the extender of it
+    scenario.add_node(node(f"{name}-cpu", name, cpu=4))
+    scenario.step("a CPU node with room")
+    removed = gated_as(scenario, set(), timeout=60)
+    wait_until("the floor worker running on the CPU node", lambda: [
+        p for p in scenario.running("floor") if p["spec"]["nodeName"] == f"{name}-cpu"]
+        or None, timeout=60)
+    report.add("scale-gates-only-gpu-room", (
+        "### Scale gates: only GPU nodes have room (native placement)\n\n"
+        f"A floor worker tolerating the GPU taint, created with raygate's required not-GPU "
+        f"term; the CPU node full, a GPU node with room. kube-scheduler said: \"{said}\" "
+        f"(no word of raygate's: it never asked the extender of the GPU node). raygate "
+        f"wrote `{ONLY_GPU_ROOM}` {added:.1f} s after the RayCluster was created, from its "
+        f"own fit of the pod on the nodes. A 4-CPU node came: the worker ran there and "
+        f"raygate removed its gate in {removed:.1f} s.\n"))

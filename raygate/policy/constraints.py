@@ -1,11 +1,12 @@
 """Where a pod may go, as kube-scheduler's NodeAffinity and TaintToleration judge it:
 node taints, pod tolerations, node selector requirements. raygate keeps them for pods its
-placement gate holds (``raygate.policy.scale_up`` asks whether a held scale-up fits)."""
+placement gate holds and unbound Ray pods (``raygate.policy.room``: whether a held scale-up
+fits, whether only GPU nodes have room for a waiting pod)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 __all__ = ["NodeConstraints", "NodeRequirement", "Taint", "Toleration"]
@@ -72,8 +73,7 @@ class NodeRequirement:
 @dataclass(frozen=True, slots=True)
 class NodeConstraints:
     """Where a pod may go as kube-scheduler's NodeAffinity and TaintToleration judge it:
-    kept only while raygate's placement gate holds the pod (``raygate.policy.scale_up``
-    asks whether its scale-up fits)."""
+    kept only while raygate's placement gate holds the pod or it is an unbound Ray pod."""
 
     selector: Mapping[str, str] = field(default_factory=lambda: _NONE)
     """``spec.nodeSelector``."""
@@ -91,3 +91,13 @@ class NodeConstraints:
                 term and all(r.matches(name, labels) for r in term) for term in self.terms):
             return False
         return all(any(t.tolerates(taint) for t in self.tolerations) for taint in taints)
+
+    def without(self, written: frozenset[NodeRequirement]) -> NodeConstraints:
+        """These constraints as they were before ``written`` was added to every term of
+        their required node affinity (raygate's native rule, ``policy.native``): a term
+        left empty held the rule alone, and with every term so, no required affinity was
+        there."""
+        if self.terms is None or not written:
+            return self
+        terms = tuple(tuple(r for r in term if r not in written) for term in self.terms)
+        return replace(self, terms=terms if any(terms) else None)

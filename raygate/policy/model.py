@@ -142,8 +142,9 @@ class PodView:
     node_affinity: NodeAffinityShape | None = None
     """Kept only while raygate's placement gate is on the pod: its release patch needs it."""
     constraints: NodeConstraints | None = None
-    """Kept only while raygate's placement gate is on the pod: whether a held scale-up
-    fits the nodes (``raygate.policy.scale_up``) needs them."""
+    """Kept only while raygate's placement gate is on the pod or it is an unbound Ray pod:
+    whether a held scale-up fits the nodes (``raygate.policy.scale_up``) and whether only
+    GPU nodes have room for a waiting pod (``raygate.policy.room``) need them."""
     resource_claims: tuple[PodClaim, ...] = ()
     """``spec.resourceClaims``: the DRA claims its containers may use."""
     scheduling_group: str = ""

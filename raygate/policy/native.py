@@ -37,6 +37,7 @@ from types import MappingProxyType
 from raygate.policy.classify import LABEL_ROLE, LABEL_RULE, RoleVerdict, fixed_role_or_floor
 from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
+from raygate.policy.constraints import NodeRequirement
 from raygate.policy.model import GroupKey, NodeAffinityShape, PodView, Role
 from raygate.policy.placement import Decision, Placement, Rule, decide
 
@@ -56,6 +57,7 @@ __all__ = [
     "places_taken",
     "release_patch",
     "release_role",
+    "rule_requirements",
 ]
 
 GATE = "raygate.io/placement"
@@ -135,6 +137,13 @@ def not_gpu_expressions(config: PolicyConfig) -> list[dict[str, object]]:
     """``matchExpressions`` that hold on a node carrying none of the GPU node labels."""
     return [{"key": key, "operator": "NotIn", "values": [value]}
             for key, value in sorted(config.gpu_node_labels.items())]
+
+
+def rule_requirements(config: PolicyConfig) -> frozenset[NodeRequirement]:
+    """``not_gpu_expressions`` as the cache reads them back from a pod's required node
+    affinity: what raygate's required rule added to each of its terms."""
+    return frozenset(NodeRequirement(key, "NotIn", (value,))
+                     for key, value in config.gpu_node_labels.items())
 
 
 def _escape(key: str) -> str:

@@ -17,6 +17,7 @@ from raygate.policy.config import GpuNodesForSurplus, PolicyConfig
 from raygate.policy.model import PodView, Role
 
 __all__ = [
+    "AVOIDS_GPU",
     "GPU_REFUSAL",
     "MAX_SCORE",
     "Decision",
@@ -31,7 +32,7 @@ __all__ = [
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 GPU_REFUSAL = ": GPU node refused to a "
 """In every message of a GPU node refused (``raygate: <rule>: GPU node refused to a ...``):
-kube-scheduler repeats it in the pod's ``PodScheduled`` message (``policy.scale_gates``)."""
+kube-scheduler repeats it in the pod's ``PodScheduled`` message."""
 MIN_SCORE = 0
 
 
@@ -52,6 +53,11 @@ class Rule(Enum):
     POLICY_NEVER = "policy-never"
     SURPLUS_PREFERS_CPU = "surplus-prefers-cpu"
     POLICY_ALWAYS = "policy-always"
+
+
+AVOIDS_GPU = frozenset({Rule.HEAD_AVOIDS_GPU, Rule.FLOOR_AVOIDS_GPU, Rule.THRASH_GUARD,
+                        Rule.POLICY_NEVER})
+"""The rules whose decision refuses GPU nodes (``AVOID_GPU``; a native required term)."""
 
 
 @dataclass(frozen=True, slots=True)

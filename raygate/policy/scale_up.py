@@ -16,13 +16,13 @@ in one pass:
 The head and the floor are never held: they are the gang, released as ever. GPU workers
 carry no gate (raygate's webhook gates CPU-only pods), so they are never held.
 
-The fit is an estimate from raygate's cache, as kube-scheduler's NodeResourcesFit,
-NodeAffinity and TaintToleration would judge it: each schedulable node's allocatable minus
-the requests of the pods on it; the pod's node selector and required node affinity; the
-node's ``NoSchedule``/``NoExecute`` taints against the pod's tolerations; GPU nodes left
-out for a pod raygate keeps off them; and the RayCluster's head and floor pods that are
-not bound yet placed first. Other schedulers' rules (pod affinity, topology spread,
-volumes, ports) and other pods still pending are not in it.
+The fit is an estimate from raygate's cache (``policy.room``), as kube-scheduler's
+NodeResourcesFit, NodeAffinity and TaintToleration would judge it: each schedulable node's
+allocatable minus the requests of the pods on it; the pod's node selector and required node
+affinity; the node's ``NoSchedule``/``NoExecute`` taints against the pod's tolerations; GPU
+nodes left out for a pod raygate keeps off them; and the RayCluster's head and floor pods
+that are not bound yet placed first. Other schedulers' rules (pod affinity, topology
+spread, volumes, ports) and other pods still pending are not in it.
 
 Under Kueue's elastic slices (``kueue.x-k8s.io/elastic-job``), a pod still behind Kueue's
 own scheduling gate (``KUEUE_GATE``) waits for Kueue's quota, not for room: it is neither
@@ -32,7 +32,7 @@ it admits the slice; the pods then join the batch, judged whole as any scale-up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
@@ -40,9 +40,10 @@ from types import MappingProxyType
 from raygate.policy.classify import RoleVerdict, pod_requests
 from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import NodeAutoscaler, PolicyConfig
-from raygate.policy.model import NodeView, PodView, RayClusterView, Role
+from raygate.policy.model import PodView, RayClusterView, Role
 from raygate.policy.native import GATE, release_role
 from raygate.policy.placement import Placement, decide
+from raygate.policy.room import allowed, free_on, schedulable, take
 
 __all__ = [
     "ALL_OR_NOTHING",
@@ -165,41 +166,15 @@ def fit_count(pods: Sequence[tuple[PodView, bool]], view: ClusterView,
     """How many of ``pods`` (each with: kept off GPU nodes) fit the nodes together, first
     fit in order, CPU nodes first, once ``placed_first`` took their room (on any node);
     and what the first that does not fit asks for."""
-    nodes = sorted((n for n in view.nodes() if not n.unschedulable),
-                   key=lambda n: (bool(view.is_gpu_node(n.name)), n.name))
-    free = {n.name: _free(n, view) for n in nodes}
+    nodes = schedulable(view)
+    free = {n.name: free_on(n, view) for n in nodes}
     for pod in placed_first:
-        _place(pod_requests(pod), nodes, free, partial(_allowed, pod, False, view))
+        take(pod_requests(pod), nodes, free, partial(allowed, pod, False, view))
     for fit, (pod, avoid_gpu) in enumerate(pods):
         need = pod_requests(pod)
-        if not _place(need, nodes, free, partial(_allowed, pod, avoid_gpu, view)):
+        if not take(need, nodes, free, partial(allowed, pod, avoid_gpu, view)):
             return fit, _asked(need)
     return len(pods), ""
-
-
-def _allowed(pod: PodView, avoid_gpu: bool, view: ClusterView, node: NodeView) -> bool:
-    if avoid_gpu and view.is_gpu_node(node.name):
-        return False
-    return pod.constraints is None or pod.constraints.admits(node.name, node.labels,
-                                                              node.taints)
-
-
-def _free(node: NodeView, view: ClusterView) -> dict[str, int]:
-    free = dict(node.allocatable)
-    for resource, amount in view.requested_on(node.name).items():
-        free[resource] = free.get(resource, 0) - amount
-    return free
-
-
-def _place(need: Mapping[str, int], nodes: Sequence[NodeView],
-           free: dict[str, dict[str, int]], allowed: Callable[[NodeView], bool]) -> bool:
-    for node in nodes:
-        room = free[node.name]
-        if allowed(node) and all(room.get(r, 0) >= a for r, a in need.items() if a > 0):
-            for resource, amount in need.items():
-                room[resource] = room.get(resource, 0) - amount
-            return True
-    return False
 
 
 def _asked(need: Mapping[str, int]) -> str:

@@ -20,11 +20,14 @@ GPU_REFUSED = ("no node has room: Insufficient cpu (the scheduler says: 0/3 node
                "available: 1 raygate: surplus-prefers-cpu: GPU node refused to a CPU-only "
                "floor worker; 2 Insufficient cpu.)")
 THRASH = GPU_REFUSED.replace("surplus-prefers-cpu", "thrash-guard")
+ROOM = ("only GPU nodes have room for it (gpu-1 has; no other node it may use has), and "
+        "raygate's rule floor-avoids-gpu keeps it off them")
 
 
-def pod(state: PodState, rule: str = "", reason: str = "", name: str = "p") -> PodStatus:
+def pod(state: PodState, rule: str = "", reason: str = "", name: str = "p", *,
+        gpu_room: str = "") -> PodStatus:
     return PodStatus(name, "uid-" + name, "g", "", state, reason, None,
-                     Advice(PodAction.KEEP, ""), rule)
+                     Advice(PodAction.KEEP, ""), rule, gpu_room)
 
 
 def group(name: str = "g", *, pending: int = 1, preempted: int = 0) -> GroupStatus:
@@ -46,14 +49,14 @@ CASES = [
     Case("the node autoscaler says no node comes",
          (pod(PodState.NO_NODE_COMING, "no-node-coming", "no NodePool fits"),),
          {"raygate.io/no-node-coming"}),
+    # Whether only GPU nodes have room is decided with the nodes (tests/policy/
+    # test_gpu_room.py); the rule reads the pod status' word on it, not the message.
     Case("only GPU nodes have room, and raygate keeps them",
+         (pod(PodState.WAITING_FOR_CAPACITY, "insufficient-resources", GPU_REFUSED,
+              gpu_room=ROOM),), {"raygate.io/only-gpu-room"}),
+    Case("the extender's refusal alone is no GPU room",
          (pod(PodState.WAITING_FOR_CAPACITY, "insufficient-resources", GPU_REFUSED),),
-         {"raygate.io/only-gpu-room"}),
-    Case("a refusal with no room on GPU nodes either is no GPU room",
-         (pod(PodState.WAITING_FOR_CAPACITY, "insufficient-resources",
-              "no node has room: Insufficient cpu"),), set()),
-    Case("a node coming for it: no gate, even where raygate refused GPU nodes",
-         (pod(PodState.NODE_PROVISIONING, "node-coming", GPU_REFUSED),), set()),
+         set()),
     Case("the thrash guard's refusal is the thrash guard's gate",
          (pod(PodState.WAITING_FOR_CAPACITY, "insufficient-resources", THRASH),),
          {"raygate.io/thrash-guard"}, group(preempted=1)),
@@ -88,8 +91,11 @@ def test_a_groups_gates(case: Case) -> None:
 
 def test_each_gate_says_why() -> None:
     gates = group_gates(group(), [pod(PodState.NO_NODE_COMING, "no-node-coming",
-                                      "Karpenter: no NodePool fits", name="w1")])
-    assert gates == {"raygate.io/no-node-coming": "pod w1: Karpenter: no NodePool fits"}
+                                      "Karpenter: no NodePool fits", name="w1"),
+                                  pod(PodState.WAITING_FOR_CAPACITY, "insufficient-resources",
+                                      GPU_REFUSED, name="w2", gpu_room=ROOM)])
+    assert gates == {"raygate.io/no-node-coming": "pod w1: Karpenter: no NodePool fits",
+                     "raygate.io/only-gpu-room": f"pod w2: {ROOM}"}
 
 
 def test_the_head_group_has_none_and_every_worker_group_is_said() -> None:

@@ -33,7 +33,6 @@ from raygate.policy.admission.states import (
     ScaleGate,
 )
 from raygate.policy.classify import HEAD_GROUP
-from raygate.policy.placement import GPU_REFUSAL, Rule
 
 __all__ = ["CANNOT_FIT", "FOREIGN", "NO_NODE_COMING", "ONLY_GPU_ROOM",
            "SCALE_GATE_RULES", "STALE", "THRASH_GUARD", "ScaleGateRule", "group_gates",
@@ -51,8 +50,6 @@ FOREIGN = "set by another controller"
 STALE = "no reason for it holds now: raygate removes it"
 """The reason shown for a gate of raygate's on the RayCluster that it no longer wants."""
 
-_THRASH_REFUSAL = f"raygate: {Rule.THRASH_GUARD.value}{GPU_REFUSAL}"
-_NO_ROOM = frozenset({PodState.WAITING_FOR_CAPACITY, PodState.UNSCHEDULABLE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +66,9 @@ class _Group:
 
 
 def _gpu_room_only(pod: PodStatus) -> bool:
-    # kube-scheduler asks the extender only about the nodes its own filters passed, so a
-    # GPU node raygate refused had room: the CPU nodes are full, the GPU nodes raygate's.
-    # The thrash guard's refusal is that gate's reason, not this one's.
-    return (pod.state in _NO_ROOM and GPU_REFUSAL in pod.reason
-            and _THRASH_REFUSAL not in pod.reason)
+    # Decided where the nodes are known (``admission.status``, ``room.GpuRoom``): the same
+    # fit whether raygate's rule is in the pod or the scheduler extender asks it.
+    return bool(pod.gpu_room)
 
 
 def _no_node(pod: PodStatus) -> bool:
@@ -92,6 +87,10 @@ def _said(pod: PodStatus | None) -> str:
     return "" if pod is None else f"pod {pod.name}: {pod.reason}"
 
 
+def _room_said(pod: PodStatus | None) -> str:
+    return "" if pod is None else f"pod {pod.name}: {pod.gpu_room}"
+
+
 @dataclass(frozen=True, slots=True)
 class ScaleGateRule:
     """One row: the gate's name, whether a group gets it, why in words, the pods behind
@@ -103,10 +102,11 @@ class ScaleGateRule:
     causes: Callable[[_Group], Sequence[PodStatus]]
 
 
-def _pod_rule(gate: str, applies: Callable[[PodStatus], bool]) -> ScaleGateRule:
+def _pod_rule(gate: str, applies: Callable[[PodStatus], bool],
+              said: Callable[[PodStatus | None], str] = _said) -> ScaleGateRule:
     """A gate a pod of the group gives: the first such pod says why."""
     return ScaleGateRule(gate, lambda g: g.first(applies) is not None,
-                         lambda g: _said(g.first(applies)), lambda g: g.every(applies))
+                         lambda g: said(g.first(applies)), lambda g: g.every(applies))
 
 
 SCALE_GATE_RULES: tuple[ScaleGateRule, ...] = (
@@ -114,8 +114,9 @@ SCALE_GATE_RULES: tuple[ScaleGateRule, ...] = (
     # this template: none comes for the next one either.
     _pod_rule(NO_NODE_COMING, _no_node),
     # A CPU-only group whose pods wait while only GPU nodes have room, which raygate keeps
-    # for GPU work: more of them would wait too.
-    _pod_rule(ONLY_GPU_ROOM, _gpu_room_only),
+    # for GPU work: more of them would wait too. Not while the thrash guard keeps them off
+    # (its own gate below).
+    _pod_rule(ONLY_GPU_ROOM, _gpu_room_only, _room_said),
     # The group lost pods to scheduler preemption inside the thrash-guard window and pods
     # still wait: more would be refused GPU nodes, or preempted again. Behind it: the
     # preempted pods still listed and the pending ones.

@@ -342,6 +342,8 @@ class PodStatus:
     advice: Advice[PodAction]
     rule: str
     """The ``POD_RULES`` row that decided the state (for tests and logs)."""
+    gpu_room: str = ""
+    """Why only GPU nodes have room for it while raygate keeps it off them ("": not so)."""
 
 
 def pod_facts(pod: PodView, gang: GangFacts, config: PolicyConfig, now: float,

@@ -10,16 +10,22 @@ from raygate.policy.admission.gang import GangStatus, gang_of, podgroup_names
 from raygate.policy.admission.gates import group_scale_gates
 from raygate.policy.admission.groups import GroupStatus, group_status
 from raygate.policy.admission.pods import PodStatus, derive_pod, is_listed, pod_facts
+from raygate.policy.admission.states import PodState
 from raygate.policy.admission.verdicts import SKIPPED_FOR_SIBLING
 from raygate.policy.classify import HEAD_GROUP
 from raygate.policy.cluster_view import ClusterView
 from raygate.policy.config import PolicyConfig
 from raygate.policy.model import Condition, GroupKey, PodView, RayClusterView
+from raygate.policy.room import GpuRoom
 from raygate.policy.scale_up import scale_up_batch
 
-HELD_BATCH_RECHECK_SECONDS = 1.0
-"""How often a held scale-up's status is derived again: the nodes it may fit on are no
-input the cache tracks per RayCluster."""
+NODES_RECHECK_SECONDS = 1.0
+"""How often a status that read the nodes' room (a held scale-up's fit, a waiting pod's
+room on GPU nodes) is derived again: the nodes are no input the cache tracks per
+RayCluster."""
+NO_ROOM = frozenset({PodState.WAITING_FOR_CAPACITY, PodState.UNSCHEDULABLE})
+"""The states of a pod the scheduler found no room for: whether only GPU nodes have some
+is asked of these (``room.GpuRoom``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,18 +68,23 @@ def admission_status(
     statuses: list[PodStatus] = []
     siblings = sibling_verdicts(pods)
     batch = scale_up_batch(cluster, view, config, now)
+    room = GpuRoom(view, config, now)
     if batch is not None and not batch.release:
         # Whether it fits reads every node: look again each second while it is held.
-        deadlines.append(now + HELD_BATCH_RECHECK_SECONDS)
+        deadlines.append(now + NODES_RECHECK_SECONDS)
     for pod in pods:
         if not is_listed(pod):
             continue
         status, until = derive_pod(pod_facts(pod, gang, config, now, siblings, view=view,
                                              batch=batch))
+        if config.scale_gates and status.state in NO_ROOM and (why := room.why(pod)):
+            status = replace(status, gpu_room=why)
         statuses.append(status)
         if until is not None:
             deadlines.append(until)
     statuses.sort(key=lambda s: (s.group != HEAD_GROUP, s.group, s.name, s.uid))
+    if room.read:
+        deadlines.append(now + NODES_RECHECK_SECONDS)
     by_group: dict[str, list[PodStatus]] = {}
     for status in statuses:
         by_group.setdefault(status.group, []).append(status)

@@ -25,6 +25,7 @@ from raygate.policy.devices import PodClaim
 from raygate.policy.model import (
     ANNOTATION_PREEMPTABLE,
     EMPTY,
+    LABEL_CLUSTER,
     Condition,
     ContainerResources,
     GangGroupView,
@@ -148,7 +149,9 @@ class PodViews:
         if spec.init_containers:
             init_containers = tuple(self._container(c, path, ".spec.initContainers[%d]", i)
                                     for i, c in enumerate(spec.init_containers))
-        gates, shape, constraints = gated(spec) if spec.scheduling_gates else UNGATED
+        unbound_ray = not spec.node_name and LABEL_CLUSTER in (meta.labels or _NONE)
+        gates, shape, constraints = (gated(spec, unbound_ray=unbound_ray)
+                                     if spec.scheduling_gates or unbound_ray else UNGATED)
         return PodView(
             uid=meta.uid,
             namespace=meta.namespace,

@@ -1,7 +1,9 @@
 """What a pod keeps while raygate's placement gate holds it: the shape of its node affinity
-(the release patch adds to what is there) and where it may go (whether a held
-all-or-nothing scale-up fits the nodes, ``raygate.policy.scale_up``). No other pod keeps
-either: they are read from ``spec.affinity``, ``spec.nodeSelector`` and
+(the release patch adds to what is there); and while it is held or an unbound Ray pod,
+where it may go (whether a held all-or-nothing scale-up fits the nodes,
+``raygate.policy.scale_up``; whether only GPU nodes have room for a waiting one,
+``raygate.policy.room``). No other pod keeps either: bound pods are most of a cluster, and
+need neither. They are read from ``spec.affinity``, ``spec.nodeSelector`` and
 ``spec.tolerations`` as the API server validated them."""
 
 from __future__ import annotations
@@ -20,17 +22,19 @@ Gated = tuple[tuple[str, ...], NodeAffinityShape | None, NodeConstraints | None]
 UNGATED: Gated = ((), None, None)
 
 
-def gated(spec: kube.PodSpec) -> Gated:
-    """The pod's scheduling gates, and while raygate's own gate holds it the shape of its
-    node affinity (what the release patch needs) and where it may go (what a held
-    scale-up's fit needs); no other pod keeps them."""
+def gated(spec: kube.PodSpec, *, unbound_ray: bool = False) -> Gated:
+    """The pod's scheduling gates; while raygate's own gate holds it, the shape of its
+    node affinity (what the release patch needs); while raygate's gate holds it or it is
+    an unbound Ray pod (``unbound_ray``), where it may go (what a held scale-up's fit and
+    a waiting pod's room need)."""
     gates = tuple(g.name for g in spec.scheduling_gates or ())
-    if GATE not in gates:
+    held = GATE in gates
+    if not held and not unbound_ray:
         return gates, None, None
     tolerations = tuple(
         Toleration(t.key or "", t.operator or "Equal", t.value or "", t.effect or "")
         for t in spec.tolerations or ())
-    return gates, affinity_shape(spec.affinity), NodeConstraints(
+    return gates, affinity_shape(spec.affinity) if held else None, NodeConstraints(
         MappingProxyType(dict(spec.node_selector or {})), required_terms(spec.affinity),
         tolerations)
 
