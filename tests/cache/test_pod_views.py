@@ -117,3 +117,15 @@ def test_a_bad_quantity_is_refused_with_its_path(views: PodViews) -> None:
     with pytest.raises(convert.ConversionError, match=r"\.spec\.containers\[0\]"
                                                       r"\.resources\.requests\.cpu"):
         views(pod, "$.Pod")
+
+
+@pytest.mark.parametrize(("views", "pod", "kept"), [
+    (PodViews(unbound_ray_constraints=True), ray_worker_pod(), True),
+    (PodViews(unbound_ray_constraints=True), ray_worker_pod(node_name="n1"), False),
+    (PodViews(unbound_ray_constraints=True), make_pod("x", "default").obj(), False),
+    (convert.pod_view, ray_worker_pod(), False),
+], ids=["cache-unbound-ray", "cache-bound-ray", "cache-not-ray", "request-path"])
+def test_only_the_caches_views_keep_where_an_unbound_ray_pod_may_go(
+        views: PodViews, pod: dict[str, Any], kept: bool) -> None:
+    # The cache's views feed raygate.policy.room; a filter or webhook call never needs them.
+    assert (views(wire(pod)).constraints is not None) is kept

@@ -124,7 +124,11 @@ class PodViews:
     """Pods to views, sharing the parts that repeat, each kind in a bounded ``Memo``
     (threads may share an instance)."""
 
-    def __init__(self, limit: int = 50_000) -> None:
+    def __init__(self, limit: int = 50_000, *, unbound_ray_constraints: bool = False) -> None:
+        self._unbound_ray_constraints = unbound_ray_constraints
+        """Keep where an unbound Ray pod may go (``raygate.policy.room`` reads it off the
+        cache's views); the request paths' converter does not: a filter or webhook call
+        never needs it, and building it costs a third of the view."""
         self._resources: Memo[tuple[tuple[str, kube.Quantity], ...], Mapping[str, int]] = (
             Memo(limit))
         self._containers: Memo[tuple[object, ...], ContainerResources] = Memo(limit)
@@ -149,7 +153,8 @@ class PodViews:
         if spec.init_containers:
             init_containers = tuple(self._container(c, path, ".spec.initContainers[%d]", i)
                                     for i, c in enumerate(spec.init_containers))
-        unbound_ray = not spec.node_name and LABEL_CLUSTER in (meta.labels or _NONE)
+        unbound_ray = (self._unbound_ray_constraints and not spec.node_name
+                       and LABEL_CLUSTER in (meta.labels or _NONE))
         gates, shape, constraints = (gated(spec, unbound_ray=unbound_ray)
                                      if spec.scheduling_gates or unbound_ray else UNGATED)
         return PodView(

@@ -48,7 +48,7 @@ _KINDS = (
     _Kind(keys.DEVICECLASS, _DRA, dra.DeviceClass, devices.device_class_view),
     _Kind(keys.RESOURCESLICE, _DRA, dra.ResourceSlice, devices.resource_slice_view),
     _Kind(keys.NODE, ("v1",), kube.Node, convert.node_view),
-    _Kind(keys.POD, ("v1",), kube.Pod, convert.pod_view),
+    _Kind(keys.POD, ("v1",), kube.Pod, convert.PodViews(unbound_ray_constraints=True)),
     _Kind(keys.RAYCLUSTER, ("ray.io/v1",), kube.RayCluster, convert.raycluster_view),
     _Kind(keys.PODGROUP, ("scheduling.volcano.sh/v1beta1",), kube.PodGroup,
           convert.podgroup_view),

@@ -91,7 +91,7 @@ RESOURCES: tuple[Resource, ...] = (
              dra.ResourceSlice, devices.resource_slice_view, crd=True),
     Resource(keys.NODE, "", ("v1",), "nodes", kube.Node, convert.node_view),
     # Pods are most of a cluster: their views share what repeats (``convert.PodViews``).
-    Resource(keys.POD, "", ("v1",), "pods", kube.Pod, PodViews()),
+    Resource(keys.POD, "", ("v1",), "pods", kube.Pod, PodViews(unbound_ray_constraints=True)),
     Resource(keys.RAYCLUSTER, "ray.io", ("v1",), "rayclusters", kube.RayCluster,
              convert.raycluster_view, crd=True),
     Resource(keys.PODGROUP, "scheduling.volcano.sh", ("v1beta1",), "podgroups",
