@@ -43,8 +43,12 @@ DEFAULT_SERVER = "http://127.0.0.1:8888"
 
 
 def _admission_parser(commands: Subcommands) -> None:
-    """``raygate admission``: the admission-status API, as ``python -m raygate.client``."""
-    from raygate.client.cli import add_arguments
+    """``raygate admission``: the admission-status API, as ``python -m raygate.client``;
+    and ``explain --server``'s token (its parser is the server's, which may not import the
+    client)."""
+    from raygate.client.cli import add_arguments, add_token_argument
+
+    add_token_argument(commands.choices["explain"])
 
     admission = commands.add_parser(
         "admission", help="ask a running raygate why a RayCluster's pods are not running "
@@ -63,7 +67,7 @@ def _explain(args: argparse.Namespace,
     explain ``offline`` (the server's: its cache and snapshot loader need the extra)."""
     import msgspec
 
-    from raygate.client.explain import fetch
+    from raygate.client.cli import connected, token_for
     from raygate.client.explain_table import render_table
 
     namespace, _, name = args.pod.partition("/")
@@ -71,9 +75,12 @@ def _explain(args: argparse.Namespace,
         raise CommandError("give the pod as NAMESPACE/NAME")
     nodes = args.nodes.split(",") if args.nodes else None
     if args.snapshot or args.demo:
+        if args.token_file is not None:
+            raise CommandError("--token-file is for --server: offline, nothing is asked")
         reply = offline(args, namespace, name, nodes)
     else:
-        reply = fetch(args.server, namespace, name, nodes)
+        with connected(args.server, token_for(args.token_file)) as client:
+            reply = client.explain(namespace, name, nodes)
     if args.output == "json":
         print(msgspec.json.encode(reply).decode())
     else:

@@ -1,4 +1,5 @@
-"""A small, synchronous client of raygate's admission-status API, over HTTP or gRPC.
+"""A small, synchronous client of raygate's admission-status and explain APIs, over HTTP or
+gRPC.
 
     from raygate.client import connect
 
@@ -6,16 +7,17 @@
         status = client.get("ray", "demo")
         for pod in status.pods:
             print(pod.name, pod.state, pod.advice.action)
+        reply = client.explain("ray", "demo-worker-x7k2p")  # node by node, as raygate decides
         for event in client.watch(namespace="ray"):  # ADDED..., SYNCED, then changes
             ...
 
-Both transports return the same types (``raygate.contract.admission_status``). Errors are
-``raygate.contract.errors`` types, raised by that module's tables: ``RayClusterNotFound``
-(with ``synced``), ``BadRequest``, ``Unavailable`` when raygate cannot be reached,
-``Unauthorized``/``Forbidden`` when raygate checks callers and this one may not read,
-``RaygateError`` for anything else. A client is not thread-safe: use one per thread. It
-needs raygate's own dependencies only (msgspec, grpcio, protobuf), nothing of
-``raygate.server``.
+Both transports return the same types (``raygate.contract.admission_status``,
+``raygate.contract.explain``). Errors are ``raygate.contract.errors`` types, raised by that
+module's tables: ``RayClusterNotFound`` (with ``synced``), ``NotFound`` (a pod to explain),
+``BadRequest``, ``Unavailable`` when raygate cannot be reached, ``Unauthorized``/
+``Forbidden`` when raygate checks callers and this one may not read, ``RaygateError`` for
+anything else. A client is not thread-safe: use one per thread. It needs raygate's own
+dependencies only (msgspec, grpcio, protobuf), nothing of ``raygate.server``.
 
 Where raygate checks its callers (in-cluster, by default), a client sends a bearer
 token: ``token=token_file(path)`` reads it from a file on every call, as a pod's service
@@ -32,6 +34,7 @@ from urllib.parse import urlsplit
 import grpc
 
 from raygate.client.base import (
+    ENV_TOKEN_FILE,
     SERVICE_ACCOUNT_TOKEN,
     AdmissionClient,
     TlsSettings,
@@ -43,6 +46,7 @@ from raygate.client.over_grpc import GrpcAdmissionClient
 from raygate.client.over_http import HttpAdmissionClient
 
 __all__ = [
+    "ENV_TOKEN_FILE",
     "SERVICE_ACCOUNT_TOKEN",
     "AdmissionClient",
     "GrpcAdmissionClient",

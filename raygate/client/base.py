@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Iterator
+import os
+import stat
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
@@ -16,12 +18,16 @@ from raygate.contract.admission_status import (
     WatchEvent,
     changes,
 )
+from raygate.contract.explain import ExplainReply
 
-__all__ = ["SERVICE_ACCOUNT_TOKEN", "AdmissionClient", "Closing", "Statuses", "TlsSettings",
-           "Token", "Watch", "diff", "token_file"]
+__all__ = ["ENV_TOKEN_FILE", "SERVICE_ACCOUNT_TOKEN", "AdmissionClient", "Closing", "Statuses",
+           "TlsSettings", "Token", "Watch", "diff", "token_file"]
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 """Where Kubernetes mounts a pod's service account token."""
+ENV_TOKEN_FILE = "RAYGATE_TOKEN_FILE"
+"""The token file of raygate's clients that are not told one otherwise (raygate-autoscaler,
+``raygate explain --server``, ``raygate admission``); set and empty: none."""
 
 Token = Callable[[], str | None]
 """Gives the bearer token to send with a call (None: send none)."""
@@ -29,12 +35,20 @@ Token = Callable[[], str | None]
 
 def token_file(path: str) -> Token:
     """The token in ``path``, read again on every call: a projected service account token
-    is rotated by the kubelet (and a missing file sends no token, the server says 401)."""
+    is rotated by the kubelet (and a missing file sends no token, the server says 401).
+    A pipe (``--token-file <(kubectl create token ...)``) can be read only once: what it
+    gave is kept."""
+    kept: list[str | None] = []
 
     def read() -> str | None:
+        if kept:
+            return kept[0]
         try:
             with open(path, encoding="utf-8") as file:
-                return file.read().strip() or None
+                token = file.read().strip() or None
+                if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                    kept.append(token)
+                return token
         except OSError:
             return None
 
@@ -71,6 +85,13 @@ class AdmissionClient(Protocol):
         """ADDED per existing cluster, SYNCED, then ADDED/MODIFIED/DELETED per change, for
         one cluster (both set), a namespace, or everything. Runs until ``Watch.close()``
         (from any thread) or until raygate goes away (``Unavailable``)."""
+        ...
+
+    def explain(self, namespace: str, name: str, node_names: Sequence[str] | None = None,
+                ) -> ExplainReply:
+        """Why raygate would place the pod where it would, against ``node_names`` (None:
+        every node): ``raygate explain --server``. ``NotFound`` for a pod it does not
+        know."""
         ...
 
     def close(self) -> None:

@@ -1,9 +1,9 @@
-"""The admission-status client over gRPC (``raygate.v1.Admission``), the Watch a server
-stream."""
+"""The client of raygate's gRPC API: ``raygate.v1.Admission`` (the Watch a server stream)
+and ``raygate.v1.Explain``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import grpc
 
@@ -16,18 +16,21 @@ from raygate.contract.errors import (
     RaygateError,
     Unavailable,
 )
+from raygate.contract.explain import ExplainReply
 from raygate.contract.messages import from_proto
 from raygate.contract.proto.raygate.v1 import admission_pb2 as pb
-from raygate.contract.proto.raygate.v1 import admission_pb2_grpc
+from raygate.contract.proto.raygate.v1 import admission_pb2_grpc, explain_pb2, explain_pb2_grpc
 
 
 class GrpcAdmissionClient(Closing):
-    """The gRPC API (``raygate.v1.Admission``) over one channel; ``watch`` streams."""
+    """The gRPC API (``raygate.v1.Admission``, ``raygate.v1.Explain``) over one channel;
+    ``watch`` streams."""
 
     def __init__(self, target: str, timeout: float = 10.0,
                  channel: grpc.Channel | None = None, token: Token | None = None) -> None:
         self._channel = channel or grpc.insecure_channel(target)
         self._stub = admission_pb2_grpc.AdmissionStub(self._channel)
+        self._explain = explain_pb2_grpc.ExplainStub(self._channel)
         self.target = target
         self.timeout = timeout
         self.token = token
@@ -69,6 +72,17 @@ class GrpcAdmissionClient(Closing):
         except grpc.RpcError as exc:
             raise self._error(exc) from exc
         return from_proto(reply, AdmissionStatusList)
+
+    def explain(self, namespace: str, name: str, node_names: Sequence[str] | None = None,
+                ) -> ExplainReply:
+        request = explain_pb2.ExplainRequest(namespace=namespace, name=name,
+                                             node_names=list(node_names or ()))
+        try:
+            reply = self._explain.Explain(request, timeout=self.timeout,
+                                          metadata=self._metadata())
+        except grpc.RpcError as exc:
+            raise self._error(exc) from exc
+        return from_proto(reply, ExplainReply)
 
     def watch(self, namespace: str | None = None, name: str | None = None) -> Watch:
         if name is not None and namespace is None:

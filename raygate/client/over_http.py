@@ -1,5 +1,5 @@
-"""The admission-status client over raygate's HTTP API: GET, ETag and long-poll, a Watch
-made of long-polls."""
+"""The client of raygate's HTTP API: the admission status (GET, long-poll, a Watch made of
+long-polls) and explain."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import http.client
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -24,11 +24,15 @@ from raygate.contract.errors import (
     RaygateError,
     Unavailable,
 )
+from raygate.contract.explain import ExplainReply
 
 decode_status = msgspec.json.Decoder(AdmissionStatus).decode
 
 
 decode_list = msgspec.json.Decoder(AdmissionStatusList).decode
+
+
+decode_explanation = msgspec.json.Decoder(ExplainReply).decode
 
 
 class HttpAdmissionClient(Closing):
@@ -76,11 +80,15 @@ class HttpAdmissionClient(Closing):
                 # The server closed an idle keep-alive connection: reconnect once.
                 self._connection.close()
                 if attempt == 2:
-                    raise Unavailable(f"raygate at {self._connection.host}: {exc}") from exc
+                    raise self._unreachable(exc) from exc
             except (OSError, http.client.HTTPException) as exc:
                 self._connection.close()
-                raise Unavailable(f"raygate at {self._connection.host}: {exc}") from exc
+                raise self._unreachable(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _unreachable(self, error: Exception) -> Unavailable:
+        return Unavailable(f"cannot reach raygate at {self._connection.host}:"
+                           f"{self._connection.port}: {error}")
 
     @staticmethod
     def _raise(status: int, body: bytes, namespace: str = "", name: str = "") -> NoReturn:
@@ -111,6 +119,15 @@ class HttpAdmissionClient(Closing):
         if status != 200:
             self._raise(status, body)
         return decode_list(body)
+
+    def explain(self, namespace: str, name: str, node_names: Sequence[str] | None = None,
+                ) -> ExplainReply:
+        path = (f"/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+                "/explain")
+        status, body = self._get(path, {"nodes": ",".join(node_names)} if node_names else {})
+        if status != 200:
+            self._raise(status, body)
+        return decode_explanation(body)
 
     def _poll(self, namespace: str | None, name: str | None, version: str | None,
               ) -> tuple[str, Statuses]:

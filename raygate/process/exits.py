@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TextIO
 
 from raygate.contract.command import CommandError
-from raygate.contract.errors import RaygateError
+from raygate.contract.errors import Forbidden, RaygateError, Unauthorized
 
 __all__ = ["CLI_ERRORS", "Exit", "exit_for", "line_for", "run", "said_for"]
 
@@ -37,6 +37,14 @@ CLI_ERRORS: Mapping[type[BaseException], Exit] = MappingProxyType({
     CommandError: Exit(2, "{prog}: {error}"),
     # raygate answered an error, or could not be reached.
     RaygateError: Exit(1, "{prog}: {error}"),
+    # raygate checks its callers (in-cluster, by default) and refused this one: what to
+    # give the commands that ask it (--token-file, raygate.client.cli).
+    Unauthorized: Exit(1, "{prog}: {error}; give one the API server accepts with "
+                          "--token-file PATH, e.g. <(kubectl -n NAMESPACE create token "
+                          "SERVICEACCOUNT)"),
+    Forbidden: Exit(1, "{prog}: {error}; let that user read it (a RoleBinding or "
+                       "ClusterRoleBinding to the ClusterRole raygate-status-reader), or "
+                       "give another token with --token-file PATH"),
     # A module the install lacks, which an extra brings (``run``'s ``extras``); one of no
     # extra is a broken install, raised again.
     ModuleNotFoundError: Exit(2, "{prog} {command}: needs raygate's {extra} extra "

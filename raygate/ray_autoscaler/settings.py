@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
-from raygate.client import SERVICE_ACCOUNT_TOKEN, TlsSettings
+from raygate.client import ENV_TOKEN_FILE, SERVICE_ACCOUNT_TOKEN, TlsSettings
 from raygate.contract.command import ConfigError
 
 __all__ = [
@@ -35,7 +35,6 @@ ENV_CA_FILE = "RAYGATE_TLS_CA_FILE"
 ENV_CERT_FILE = "RAYGATE_TLS_CERT_FILE"
 ENV_KEY_FILE = "RAYGATE_TLS_KEY_FILE"
 ENV_SERVER_NAME = "RAYGATE_TLS_SERVER_NAME"
-ENV_TOKEN_FILE = "RAYGATE_TOKEN_FILE"
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
 DEFAULT_POLL_INTERVAL_SECONDS = 0.0

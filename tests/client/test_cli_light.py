@@ -105,6 +105,8 @@ def test_every_command_on_a_bare_install(demo: ServerThread, tmp_path: Path,
     nowhere = f"http://127.0.0.1:{closed_port()}"
     manifest = tmp_path / "rc.yaml"
     manifest.write_text("kind: RayCluster\n")
+    token = tmp_path / "token"  # the demo checks no caller: sent, and ignored
+    token.write_text("a-token\n")
     with httpx.Client(base_url=http, timeout=10) as client:
         status = client.get("/v1/namespaces/ray/rayclusters/queued/admission").text
     assert full_main(["explain", POD, "--server", http]) == 0
@@ -117,9 +119,12 @@ def test_every_command_on_a_bare_install(demo: ServerThread, tmp_path: Path,
         (["admission", "--help"], 0, "--server", ""),
         (["explain", POD, "--server", http], 0, table, ""),
         (["explain", POD, "--server", grpc], 0, table, ""),
+        (["explain", POD, "--server", grpc, "--token-file", str(token)], 0, table, ""),
         (["explain", POD, "--server", nowhere], 1, "", "raygate: cannot reach raygate"),
         (["admission", "get", "ray", "queued", "--server", http], 0, status + "\n", ""),
         (["admission", "get", "ray", "queued", "--server", grpc], 0, status + "\n", ""),
+        (["admission", "get", "ray", "queued", "--server", http, "--token-file", str(token)],
+         0, status + "\n", ""),
         (["admission", "get", "ray", "queued", "--server", nowhere], 1, "", "raygate: "),
         (["admission", "get", "ray"], 2, "", "get takes NAMESPACE NAME"),
         (["serve", "--demo"], *needs_server("serve")),

@@ -11,7 +11,13 @@ import pytest
 
 from raygate.cli import EXTRA_OF
 from raygate.contract.command import CommandError, ConfigError
-from raygate.contract.errors import RayClusterNotFound, RaygateError, Unavailable
+from raygate.contract.errors import (
+    Forbidden,
+    RayClusterNotFound,
+    RaygateError,
+    Unauthorized,
+    Unavailable,
+)
 from raygate.process.exits import CLI_ERRORS, exit_for, run
 from raygate.ray_autoscaler import RayUnusable
 from raygate.server.app import NO_CLUSTER, StartupError
@@ -57,6 +63,15 @@ CASES: list[tuple[str, BaseException, str, str, int]] = [
      "raygate: RayCluster ray/demo is not known: raygate has synced with its source\n", 1),
     ("error-reply", RaygateError("HTTP 502: <html>Bad Gateway</html>"), "raygate",
      "raygate: HTTP 502: <html>Bad Gateway</html>\n", 1),
+    # A refused caller is told the option that gives a token (and, refused access, the
+    # role that grants it).
+    ("unauthorized", Unauthorized("a bearer token is required"), "raygate",
+     "raygate: a bearer token is required; give one the API server accepts with "
+     "--token-file PATH, e.g. <(kubectl -n NAMESPACE create token SERVICEACCOUNT)\n", 1),
+    ("forbidden", Forbidden('user "u" may not list rayclusters.ray.io cluster-wide'),
+     "raygate", 'raygate: user "u" may not list rayclusters.ray.io cluster-wide; let that '
+     "user read it (a RoleBinding or ClusterRoleBinding to the ClusterRole "
+     "raygate-status-reader), or give another token with --token-file PATH\n", 1),
     ("interrupted", KeyboardInterrupt(), "raygate", "", 130),
     ("missing-extra", ModuleNotFoundError("No module named 'yaml.constructor'",
                                           name="yaml.constructor"), "raygate",

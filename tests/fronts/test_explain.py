@@ -115,6 +115,11 @@ def test_cli_explain_against_a_server_and_offline(
     from_grpc = json.loads(capsys.readouterr().out)
     assert main(["explain", "ray/b1", "--server", server.url, "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == from_grpc  # both transports agree
+    for url in (server.url, grpc_url):
+        assert main(["explain", "ray/b1", "--server", url, "--nodes", "gpu-2,cpu-1",
+                     "--output", "json"]) == 0
+        assert [n["name"] for n in json.loads(capsys.readouterr().out)["nodes"]] == [
+            "cpu-1", "gpu-2"]
     snapshot = tmp_path / "cluster.json"
     snapshot.write_text(json.dumps(object_list(*NODES, CLUSTER, PENDING_FLOOR)))
     assert main(["explain", "ray/b1", "--snapshot", str(snapshot), "--output", "json"]) == 0
