@@ -15,114 +15,26 @@ Each scenario lasts minutes (the timeout has to pass, several times): ``slow``.
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from e2e import report
 from e2e.admission import AdmissionRecorder
-from e2e.objects import Group, node, raycluster
+from e2e.objects import node
+from e2e.ray import TIMEOUT, ray_cluster
 from e2e.scenario import PodHistory, Scenario, wait_until
 from testbed.cluster import Testbed
-from testbed.ray_head import cluster_nodes, start_autoscaler, start_head, start_worker
+from testbed.ray_head import cluster_nodes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-TIMEOUT = 30  # seconds a pod may sit ALLOCATED before Ray replaces it
 LOOP = 5  # Ray's AUTOSCALER_UPDATE_INTERVAL_S: raygate's last "keep" is up to one loop old
 # The side-by-side pair: a pod that only waits needs no more than a short timeout to show
 # the loop (stock) or that it is kept (raygate); the loop takes at most SHORT + LOOP a turn.
 SHORT = 15
 WINDOW = 2 * (SHORT + LOOP) + 10.0  # seconds watched after the first pod: the timeout passes twice
 LOOPS = 4 * (SHORT + LOOP) + 30.0  # the longest the stock loop may take for two turns
-RAY_STOP = 1.0  # seconds a Ray node is given to exit on SIGTERM before SIGKILL
-
-
-def autoscaled_raycluster(scenario: Scenario) -> dict[str, Any]:
-    body = raycluster("work", scenario.namespace, scenario.name,
-                      [Group("overflow", 0, "8", min=0, max=3)], head_cpu="1")
-    body["spec"]["autoscalerOptions"] = {"version": "v2"}
-    body["spec"]["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}
-    return body
-
-
-def request(gcs: str, bundles: list[dict[str, float]]) -> None:
-    """Demand as a driver states it; it stays with the GCS after the driver exits."""
-    subprocess.run([sys.executable, "-c", (
-        "import ray; from ray.autoscaler.sdk import request_resources; "
-        f"ray.init({gcs!r}); request_resources(bundles={bundles!r})")],
-        check=True, capture_output=True, timeout=120)
-
-
-@dataclass
-class RayCluster:
-    """The running Ray side of one scenario."""
-    gcs: str
-    logs: Path
-    """The head's session log folder; the autoscaler writes ``monitor.log`` there."""
-    testbed: Testbed
-    names: list[str]
-
-    def add_worker(self, pod: str, group: str, cpu: int) -> None:
-        self.names.append(start_worker(self.testbed, pod, group, self.gcs, cpu=cpu).name)
-
-    def decisions(self, scenario: Scenario) -> str:
-        """The autoscaler's own log lines about the overflow workers: each instance
-        transition, scale request and pod deletion, and raygate's rulings."""
-        return autoscaler_decisions(self.logs / "monitor.log", scenario)
-
-
-@contextmanager
-def ray_cluster(scenario: Scenario, testbed: Testbed, *, raygate: bool,
-                body: dict[str, Any] | None = None, set_up: bool = True,
-                demand: list[dict[str, float]] | None = None,
-                allocate_timeout: int = TIMEOUT) -> Iterator[RayCluster]:
-    """One 4-CPU node (unless the caller ``set_up`` the scenario), the autoscaled
-    RayCluster (``body``, else ``autoscaled_raycluster``), its head and autoscaler (Ray's
-    ALLOCATED timeout ``allocate_timeout``), and the ``demand`` (else one bundle of 8 CPU);
-    stops them (by process group) after the block."""
-    if set_up:
-        scenario.setup([node(f"{scenario.name}-cpu-a", scenario.name, cpu=4)])
-    scenario.create(body or autoscaled_raycluster(scenario))
-    head = wait_until("the head running", lambda: next(
-        (p["metadata"]["name"] for p in scenario.running("headgroup")), None), timeout=90)
-    if raygate:
-        # The autoscaler asks raygate's admission API (authz on) under its own token.
-        testbed.kubectl("create", "rolebinding", "work-reads-admission", "-n",
-                        scenario.namespace, "--clusterrole=raygate-status-reader",
-                        f"--serviceaccount={scenario.namespace}:work")
-    gcs = start_head(testbed, head)
-    ray = RayCluster(gcs, (testbed.workdir / "ray" / "session_latest").resolve() / "logs",
-                     testbed, [f"ray-head-{head}"])
-    scenario.step("Ray head up (local, as the head pod)")
-    autoscaler = None
-    try:
-        autoscaler = start_autoscaler(testbed, "work", scenario.namespace, head, gcs,
-                                      raygate=raygate, allocate_timeout=allocate_timeout).name
-        bundles = demand or [{"CPU": 8}]
-        request(gcs, bundles)
-        scenario.step(f"requested {len(bundles)} × {bundles[0]['CPU']:g} CPU")
-        wait_until("an overflow pod", lambda: scenario.group_pods("overflow"), timeout=120)
-        scenario.step("first overflow pod created")
-        yield ray
-    finally:
-        # The autoscaler is stopped first: a raylet stopped before it is a Ray node gone
-        # DEAD, whose pod it deletes, after the scenario's last look but before the
-        # assertions read the pods. A Ray node takes ~30 s to exit on SIGTERM, past the
-        # 15 s a stop waits before SIGKILL: nothing after the scenario needs its graceful
-        # exit, so it is killed after 1 s.
-        if autoscaler is not None:
-            testbed.processes.pop(autoscaler).stop()
-        for name in reversed(ray.names):
-            testbed.processes.pop(name).stop(timeout=RAY_STOP)
 
 
 def watch(scenario: Scenario, seconds: float) -> None:
@@ -235,27 +147,3 @@ def per_minute(scenario: Scenario) -> str:
         deleted = sum(h.deleting is not None and int(h.deleting // 60) == minute for h in pods)
         rows.append(f"| {minute} | {created} | {deleted} |")
     return "\n".join(rows) + "\n"
-
-
-# What the autoscaler decided, as its log says: every worker instance transition, the
-# scale requests to KubeRay, pod deletions, and raygate's rulings.
-DECISION = re.compile(
-    r"(New instance|Update instance) \S+ \(id=\S+, type=overflow|Submitting a scale request"
-    r"|Terminating worker pods|raygate: ")
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\s+\w+\s+\S+\s+--\s+(.*)$")
-
-
-def autoscaler_decisions(log: Path, scenario: Scenario) -> str:
-    if not log.exists():
-        return "\n(no monitor.log)\n"
-    lines = ["", "The autoscaler's decisions (its `monitor.log`, as written):", "", "```"]
-    kept = 0
-    for line in log.read_text(errors="replace").splitlines():
-        match = STAMP.match(line)
-        text = match.group(2) if match else line
-        if DECISION.search(text):
-            kept += 1
-            lines.append((f"{match.group(1)[11:]} " if match else "") + text[:300])
-    if not kept:
-        lines.append("(none)")
-    return "\n".join([*lines, "```", ""])

@@ -54,8 +54,9 @@ from e2e.admission import AdmissionRecorder
 from e2e.lagging import metric
 from e2e.nodeclaims import ClaimHistory, NodeClaims
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, gpu_job, raycluster
+from e2e.ray import ray_cluster
 from e2e.scenario import Scenario, wait_until
-from e2e.test_autoscaler import overflow, ray_cluster
+from e2e.test_autoscaler import overflow
 from e2e.test_scale_up import (
     WORKERS,
     Releases,

@@ -25,8 +25,9 @@ from e2e.events import described, told_reasons, wait_for_reason
 from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.policy import policy_changed
+from e2e.ray import TIMEOUT, ray_cluster
 from e2e.scenario import Scenario, wait_until
-from e2e.test_autoscaler import TIMEOUT, overflow, per_minute, ray_cluster
+from e2e.test_autoscaler import overflow, per_minute
 from raygate.policy.native import LABEL_ROLE
 from raygate.policy.scale_up import ALL_OR_NOTHING, ANNOTATION
 from testbed.cluster import Testbed
