@@ -59,6 +59,7 @@ def karpenter(testbed: Testbed) -> Iterator[Karpenter]:
     # it follows NodeClaims from its first list, as where Karpenter was installed first.
     testbed.restart_raygate()
     yield started
+    started.wait_claims_gone()  # the scenarios' nodes, deleted while later ones ran
     started.stop()
 
 

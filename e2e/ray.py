@@ -25,6 +25,7 @@ __all__ = ["RAY_STOP", "TIMEOUT", "RayCluster", "autoscaled_raycluster",
            "autoscaler_decisions", "ray_cluster", "request"]
 
 TIMEOUT = 30  # seconds a pod may sit ALLOCATED before Ray replaces it
+LOOP = 5  # Ray's AUTOSCALER_UPDATE_INTERVAL_S: raygate's last "keep" is up to one loop old
 RAY_STOP = 1.0  # seconds a Ray node is given to exit on SIGTERM before SIGKILL
 STATED = "demand-stated-at"  # the driver's line that says when
 

@@ -22,14 +22,13 @@ import pytest
 from e2e import report
 from e2e.admission import AdmissionRecorder
 from e2e.objects import node
-from e2e.ray import TIMEOUT, ray_cluster
+from e2e.ray import LOOP, TIMEOUT, ray_cluster
 from e2e.scenario import PodHistory, Scenario, wait_until
 from testbed.cluster import Testbed
 from testbed.ray_head import cluster_nodes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-LOOP = 5  # Ray's AUTOSCALER_UPDATE_INTERVAL_S: raygate's last "keep" is up to one loop old
 # The side-by-side pair: a pod that only waits needs no more than a short timeout to show
 # the loop (stock) or that it is kept (raygate); the loop takes at most SHORT + LOOP a turn.
 SHORT = 15
@@ -38,6 +37,7 @@ LOOPS = 4 * (SHORT + LOOP) + 30.0  # the longest the stock loop may take for two
 
 
 def watch(scenario: Scenario, seconds: float) -> None:
+    seconds = max(seconds, 0.0)
     time.sleep(seconds)
     scenario.step(f"watched {seconds:.0f} s")
 
@@ -96,8 +96,9 @@ def test_raygate_autoscaler_when_capacity_arrives(
                                   scenario.started)
     try:
         with ray_cluster(scenario, testbed, raygate=True) as ray:
-            watch(scenario, TIMEOUT + 20)
             first = overflow(scenario)[0]
+            # Past Ray's timeout for it, and one more loop to act on it.
+            watch(scenario, first.created + TIMEOUT + 2 * LOOP - scenario.now())
             assert first.deleting is None, "kept past the timeout while it waits"
             scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))
             scenario.step("added an 8-CPU node")
@@ -116,7 +117,8 @@ def test_raygate_autoscaler_when_capacity_arrives(
             wait_until("the autoscaler seeing the worker running", lambda: any(
                 n["instance_id"] == second.name and n["status"] in ("RUNNING", "IDLE")
                 for n in cluster_nodes(ray.gcs)), timeout=60)
-            watch(scenario, TIMEOUT + 20)
+            # Until its ALLOCATED timeout would have passed, had it not joined.
+            watch(scenario, second.created + TIMEOUT + 2 * LOOP - scenario.now())
             joined = cluster_nodes(ray.gcs)
             decisions = ray.decisions(scenario)
     finally:

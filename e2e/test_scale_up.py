@@ -25,7 +25,7 @@ from e2e.events import described, told_reasons, wait_for_reason
 from e2e.lagging import metric
 from e2e.objects import Group, node, raycluster
 from e2e.policy import policy_changed
-from e2e.ray import TIMEOUT, ray_cluster
+from e2e.ray import LOOP, TIMEOUT, ray_cluster
 from e2e.scenario import Scenario, wait_until
 from e2e.test_autoscaler import overflow, per_minute
 from raygate.policy.native import LABEL_ROLE
@@ -142,8 +142,10 @@ def test_a_scale_up_is_held_whole_then_released_whole(
             for name in pods:
                 admission.wait_for_state(name, "WaitingForCapacity", timeout=30)
             scenario.step("raygate's admission API: all held, WaitingForCapacity")
-            time.sleep(TIMEOUT + 10)
-            scenario.step(f"watched {TIMEOUT + 10} s: past Ray's ALLOCATED timeout")
+            # Past Ray's ALLOCATED timeout of the first pod, and a loop to act on it.
+            first = min(h.created for h in overflow(scenario))
+            time.sleep(max(first + TIMEOUT + 2 * LOOP - scenario.now(), 0.0))
+            scenario.step(f"watched past Ray's ALLOCATED timeout ({TIMEOUT} s)")
             assert releases.of(pods) == [], "one fits, four asked: none may go"
             assert not any(h.deleting for h in overflow(scenario)), "held pods are kept"
             held = admission.status("work")

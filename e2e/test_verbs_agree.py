@@ -243,8 +243,9 @@ def test_without_the_requeue_the_surplus_waits_beside_a_free_gpu_node(
     try:
         scenario, scaled = race(lagging, "race-off")
         try:
-            # raygate catches up 10 s after the scale-up; 30 s more with nothing to retry.
-            time.sleep(40)
+            # raygate catches up 10 s after the scale-up; 20 s more with nothing to retry
+            # (twice kube-scheduler's longest backoff, 10 s).
+            time.sleep(30)
             stranded = SURPLUS - surplus_on_gpu(scenario)
             scenario.step(f"{scenario.now() - scaled:.0f} s after the scale-up: "
                           f"{stranded} surplus workers still pending")

@@ -209,13 +209,17 @@ class Karpenter(AddOn):
             wait_for(f"NodePool {name} Ready", functools.partial(self.pool_ready, name), 60,
                      self.process)
 
-    def delete_pools(self, selector: str, timeout: float = 120.0) -> None:
-        """Delete a scenario's NodePools and wait until Karpenter has deleted their
-        NodeClaims (it drains and deletes each node first)."""
+    def delete_pools(self, selector: str) -> None:
+        """Delete a scenario's NodePools. Karpenter drains and deletes their nodes in the
+        background (``wait_claims_gone``): the next scenario's pools and pods carry a label
+        of their own, so it need not wait."""
         for pool in self.api().items(NODEPOOLS, labelSelector=selector):
             self.api().request("DELETE", f"{NODEPOOLS}/{pool['metadata']['name']}")
-        wait_for(f"the NodeClaims of {selector} gone", lambda: not self.node_claims(selector),
-                 timeout, self.process)
+
+    def wait_claims_gone(self, selector: str = "", timeout: float = 120.0) -> None:
+        """Wait until Karpenter has deleted the NodeClaims ``selector`` picks (all: "")."""
+        wait_for(f"the NodeClaims of {selector or 'every NodePool'} gone",
+                 lambda: not self.node_claims(selector), timeout, self.process)
 
     def stop(self) -> None:
         """Stop the controller (its CRDs and objects stay): it acts on every unschedulable
