@@ -166,3 +166,15 @@ class NodeClaims:
         lines += [f"| {t:.1f} | {pod} | {reason} | {message.replace('|', '/')} |"
                   for t, pod, reason, message in self.pod_events()]
         return "\n".join(lines) + "\n"
+
+
+def clear_scenario(scenario: Scenario, karpenter: Karpenter) -> None:
+    """After a Karpenter scenario: its RayClusters, pods and NodePools deleted, not waited
+    for (Karpenter deletes the nodes in the background; its fixture waits at the end)."""
+    kubectl = scenario.testbed.kubectl
+    kubectl("delete", "raycluster", "--all", "-n", scenario.namespace, "--wait=false")
+    # A second's grace, not the pods' 30: Karpenter deletes a node once its pods are gone
+    # (kwok keeps a deleted pod up to its grace), and the scenario is over.
+    kubectl("delete", "pod", "--all", "-n", scenario.namespace, "--wait=false",
+            "--grace-period=1")
+    karpenter.delete_pools(f"{SCENARIO_LABEL}={scenario.name}")

@@ -28,7 +28,7 @@ import pytest
 from e2e import report
 from e2e.admission import RUNNING_OR_GONE, AdmissionRecorder
 from e2e.events import described, wait_for_reason
-from e2e.nodeclaims import NodeClaims
+from e2e.nodeclaims import NodeClaims, clear_scenario
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, raycluster
 from e2e.scenario import Scenario, wait_until
 from testbed.cluster import Testbed
@@ -67,9 +67,7 @@ def claims(scenario: Scenario, karpenter: Karpenter,
     scenario.step("NodePools cpu and gpu Ready (equal weight), no node")
     yield recorder
     recorder.close()
-    scenario.testbed.kubectl("delete", "raycluster", "--all", "-n", scenario.namespace,
-                             "--wait=false")
-    karpenter.delete_pools(f"{SCENARIO_LABEL}={scenario.name}")
+    clear_scenario(scenario, karpenter)
 
 
 @pytest.fixture

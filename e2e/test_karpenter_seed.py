@@ -52,7 +52,7 @@ import pytest
 from e2e import report
 from e2e.admission import AdmissionRecorder
 from e2e.lagging import metric
-from e2e.nodeclaims import ClaimHistory, NodeClaims
+from e2e.nodeclaims import ClaimHistory, NodeClaims, clear_scenario
 from e2e.objects import SCENARIO_LABEL, TOLERATE_GPU, Group, gpu_job, raycluster
 from e2e.ray import ray_cluster
 from e2e.scenario import Scenario, wait_until
@@ -115,14 +115,9 @@ def claims(scenario: Scenario, karpenter: Karpenter) -> Iterator[NodeClaims]:
                   "no node")
     yield recorder
     recorder.close()
-    kubectl = scenario.testbed.kubectl
-    kubectl("delete", "raycluster", "--all", "-n", scenario.namespace, "--wait=false")
-    # A second's grace, not the pods' 30: Karpenter deletes a node once its pods are gone
-    # (kwok keeps a deleted pod up to its grace), and the scenario is over.
-    kubectl("delete", "pod", "--all", "-n", scenario.namespace, "--wait=false",
-            "--grace-period=1")
-    kubectl("delete", "priorityclass", f"{scenario.name}-gpu-job", "--ignore-not-found")
-    karpenter.delete_pools(f"{SCENARIO_LABEL}={scenario.name}")
+    scenario.testbed.kubectl("delete", "priorityclass", f"{scenario.name}-gpu-job",
+                             "--ignore-not-found")
+    clear_scenario(scenario, karpenter)
 
 
 def gpu_pod(scenario: Scenario, name: str, cpu: str, priority: str | None) -> dict[str, Any]:

@@ -46,7 +46,7 @@ import pytest
 
 from e2e import report
 from e2e.admission import AdmissionRecorder
-from e2e.nodeclaims import NodeClaims
+from e2e.nodeclaims import NodeClaims, clear_scenario
 from e2e.objects import SCENARIO_LABEL, Group, node, raycluster
 from e2e.ray import TIMEOUT, RayCluster, ray_cluster, request
 from e2e.scenario import PodHistory, Scenario, wait_until
@@ -101,11 +101,7 @@ def claims(scenario: Scenario, karpenter: Karpenter) -> Iterator[NodeClaims]:
     scenario.step("NodePools large (limit cpu 0) and small Ready, no node")
     yield recorder
     recorder.close()
-    kubectl = scenario.testbed.kubectl
-    kubectl("delete", "raycluster", "--all", "-n", scenario.namespace, "--wait=false")
-    kubectl("delete", "pod", "--all", "-n", scenario.namespace, "--wait=false",
-            "--grace-period=1")
-    karpenter.delete_pools(f"{SCENARIO_LABEL}={scenario.name}")
+    clear_scenario(scenario, karpenter)
 
 
 class GateHistory:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from raygate.contract.scale_gate import PREFIX, gate_key
 from raygate.policy.admission.groups import GroupStatus
-from raygate.policy.admission.pods import PodStatus
+from raygate.policy.admission.pods import SCALE_UP_HELD, PodStatus
 from raygate.policy.admission.states import (
     GATE_OTHER,
     GATE_RAYGATE,
@@ -76,7 +76,7 @@ def _no_node(pod: PodStatus) -> bool:
 
 
 def _held(pod: PodStatus) -> bool:
-    return pod.rule == "scale-up-held"
+    return pod.rule == SCALE_UP_HELD
 
 
 def _preempted_or_pending(pod: PodStatus) -> bool:

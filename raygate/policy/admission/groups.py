@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from raygate.policy.admission.gang import GangStatus
-from raygate.policy.admission.pods import PodStatus
+from raygate.policy.admission.pods import SCALE_UP_HELD, PodStatus
 from raygate.policy.admission.states import (
     PENDING_STATES,
     Advice,
@@ -90,7 +90,7 @@ SCALE_UP_RULES: tuple[ScaleUpRule, ...] = (
     ScaleUpRule("no-node-coming", lambda g: PodState.NO_NODE_COMING in g.states, ScaleUp.HOLD,
                 lambda g: (f"{_count(g.states, PodState.NO_NODE_COMING)} will get no node, "
                            f"and more would get none either: {g.no_node}")),
-    ScaleUpRule("scale-up-held", lambda g: bool(g.held), ScaleUp.HOLD,
+    ScaleUpRule(SCALE_UP_HELD, lambda g: bool(g.held), ScaleUp.HOLD,
                 lambda g: f"raygate holds {g.held}; more workers would join it"),
     ScaleUpRule("waiting-for-capacity", lambda g: PodState.WAITING_FOR_CAPACITY in g.states,
                 ScaleUp.HOLD,
@@ -149,7 +149,7 @@ def group_status(
             states[status.state] = states.get(status.state, 0) + 1
         if status.state is PodState.NO_NODE_COMING and not no_node:
             no_node = status.reason
-        if status.rule == "scale-up-held" and not held:
+        if status.rule == SCALE_UP_HELD and not held:
             held = status.reason
     # A preemption counts while it is inside the thrash-guard window; it leaves the count
     # (and the status changes) at `at + window`.

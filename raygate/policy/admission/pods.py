@@ -29,6 +29,10 @@ from raygate.policy.model import PREEMPTION_REASON, Condition, PodView
 from raygate.policy.native import GATE
 from raygate.policy.scale_up import KUEUE_GATE, Batch
 
+SCALE_UP_HELD = "scale-up-held"
+"""The pod rule of a pod in an all-or-nothing scale-up raygate holds; the group's scale-up
+rule and its scale gate (``raygate.io/scale-up-cannot-fit``) read it."""
+
 ASKS_FOR_A_NODE = frozenset({
     SchedulerVerdict.CAPACITY, SchedulerVerdict.CONSTRAINTS, SchedulerVerdict.OTHER})
 """Verdicts a node autoscaler acts on (it provisions for pods the scheduler marked
@@ -250,7 +254,7 @@ POD_RULES: tuple[PodRule, ...] = (
                                             f"{f.gang.reason}; Kueue is lifting the gate")),
         lambda f: f.pod.created),
     PodRule(
-        "scale-up-held", PodState.WAITING_FOR_CAPACITY,
+        SCALE_UP_HELD, PodState.WAITING_FOR_CAPACITY,
         lambda f: f.held,
         lambda f: f.batch.reason if f.batch is not None else "",
         lambda f: f.batch.since if f.batch is not None else None,
