@@ -96,8 +96,7 @@ def test_raygate_autoscaler_when_capacity_arrives(
                                   scenario.started)
     try:
         with ray_cluster(scenario, testbed, raygate=True) as ray:
-            first = overflow(scenario)[0]
-            # Past Ray's timeout for it, and one more loop to act on it.
+            first = overflow(scenario)[0]  # watched past Ray's timeout, and a loop to act
             watch(scenario, first.created + TIMEOUT + 2 * LOOP - scenario.now())
             assert first.deleting is None, "kept past the timeout while it waits"
             scenario.add_node(node(f"{scenario.name}-cpu-b", scenario.name, cpu=8))

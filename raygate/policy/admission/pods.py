@@ -29,9 +29,7 @@ from raygate.policy.model import PREEMPTION_REASON, Condition, PodView
 from raygate.policy.native import GATE
 from raygate.policy.scale_up import KUEUE_GATE, Batch
 
-SCALE_UP_HELD = "scale-up-held"
-"""The pod rule of a pod in an all-or-nothing scale-up raygate holds; the group's scale-up
-rule and its scale gate (``raygate.io/scale-up-cannot-fit``) read it."""
+SCALE_UP_HELD = "scale-up-held"  # its group's scale-up rule and scale gate read it
 
 ASKS_FOR_A_NODE = frozenset({
     SchedulerVerdict.CAPACITY, SchedulerVerdict.CONSTRAINTS, SchedulerVerdict.OTHER})
