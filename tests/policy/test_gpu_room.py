@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from raygate.policy.admission import Derivation
+from raygate.policy.admission.status import ROOM_RECHECK_SECONDS
 from raygate.policy.config import PolicyConfig, policy_config_from_mapping
 from raygate.policy.constraints import NodeConstraints, NodeRequirement
 from raygate.policy.native import LABEL_ROLE, LABEL_RULE, rule_requirements
@@ -170,7 +171,7 @@ def test_the_gate_says_which_gpu_node_and_which_rule() -> None:
 ])
 def test_a_status_that_read_the_nodes_is_derived_again(case: Case, recheck: bool) -> None:
     derived = derive(objects(case, True), "rc", now=NOW)
-    assert (derived.next_change == NOW + 1.0) is recheck
+    assert (derived.next_change == NOW + ROOM_RECHECK_SECONDS) is recheck
 
 
 def test_no_room_read_while_raygate_writes_no_gates() -> None:

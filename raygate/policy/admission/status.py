@@ -19,10 +19,14 @@ from raygate.policy.model import Condition, GroupKey, PodView, RayClusterView
 from raygate.policy.room import GpuRoom
 from raygate.policy.scale_up import scale_up_batch
 
-NODES_RECHECK_SECONDS = 1.0
-"""How often a status that read the nodes' room (a held scale-up's fit, a waiting pod's
-room on GPU nodes) is derived again: the nodes are no input the cache tracks per
-RayCluster."""
+HELD_BATCH_RECHECK_SECONDS = 1.0
+"""How often a held scale-up's status is derived again: whether it fits reads the nodes,
+no input the cache tracks per RayCluster, and a batch that fits goes at once."""
+ROOM_RECHECK_SECONDS = 5.0
+"""How often a status that read whether only GPU nodes have room for a waiting pod is
+derived again, for the same reason: its gate is read once per Ray autoscaler loop (5 s),
+and a RayCluster with waiting pods, the common case, is derived no more often than that
+for it."""
 NO_ROOM = frozenset({PodState.WAITING_FOR_CAPACITY, PodState.UNSCHEDULABLE})
 """The states of a pod the scheduler found no room for: whether only GPU nodes have some
 is asked of these (``room.GpuRoom``)."""
@@ -71,7 +75,7 @@ def admission_status(
     room = GpuRoom(view, config, now)
     if batch is not None and not batch.release:
         # Whether it fits reads every node: look again each second while it is held.
-        deadlines.append(now + NODES_RECHECK_SECONDS)
+        deadlines.append(now + HELD_BATCH_RECHECK_SECONDS)
     for pod in pods:
         if not is_listed(pod):
             continue
@@ -84,7 +88,7 @@ def admission_status(
             deadlines.append(until)
     statuses.sort(key=lambda s: (s.group != HEAD_GROUP, s.group, s.name, s.uid))
     if room.read:
-        deadlines.append(now + NODES_RECHECK_SECONDS)
+        deadlines.append(now + ROOM_RECHECK_SECONDS)
     by_group: dict[str, list[PodStatus]] = {}
     for status in statuses:
         by_group.setdefault(status.group, []).append(status)
