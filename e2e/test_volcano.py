@@ -113,6 +113,16 @@ def test_volcano_places_the_gang_floor_on_cpu_nodes(scenario: Scenario) -> None:
         groups.close()
 
 
+def refused(scenario: Scenario, group: str) -> bool:
+    """Has the scheduler said it cannot place a pod of ``group`` yet? The scenario below
+    scales past the floor only then: a surplus worker created in the same second as the
+    floor ties with it in Volcano's task order, and if it comes first it takes the only
+    CPU place and strands the gang (docs/native-placement.md, "Under Volcano")."""
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               for p in scenario.group_pods(group)
+               for c in p.get("status", {}).get("conditions") or [])
+
+
 def test_volcano_strands_no_surplus_worker_behind_a_waiting_floor(scenario: Scenario) -> None:
     """One role per pod behind Volcano (issue #42 item 3): a group whose floor is two pods,
     one CPU place free, a GPU node with room, a second CPU node added later. Volcano skips
@@ -136,6 +146,7 @@ def test_volcano_strands_no_surplus_worker_behind_a_waiting_floor(scenario: Scen
         scenario.create(body)
         wait_until("the head and 2 floor workers created", lambda: len(
             scenario.group_pods("work")) == 2 and len(scenario.group_pods("headgroup")) == 1)
+        wait_until("Volcano's verdict on the floor", lambda: refused(scenario, "work"))
         scenario.step("head and 2 floor workers created; the gang (3) cannot be placed: "
                       "one CPU place for the floor")
         scenario.scale("shape", "work", 3)
