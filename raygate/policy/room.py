@@ -120,9 +120,9 @@ class _Answers:
 
 
 _LATEST: dict[str, _Answers] = {}
-"""Under "view", the answers of the latest view asked: the statuses derived each second while a pod
-waits, of every RayCluster, read one scan of the nodes per cache snapshot (a scan of
-5,000 nodes is ~25 ms)."""
+"""Under "view", the answers of the latest view asked: every RayCluster's status, and each
+look again while a pod waits, reads one scan of the nodes per cache snapshot and pod
+shape (a scan of 5,000 nodes is ~25 ms)."""
 
 
 class GpuRoom:
