@@ -43,6 +43,7 @@ import msgspec
 
 from raygate.policy.budgets import LABEL_MANAGED_BY, MANAGED_BY
 from raygate.policy.native import GATE, gate_removal
+from raygate.server.kube.guarded_patch import Ops, patch_guarded
 from raygate.server.kube.transport import ApiError, NotServed, TransportError
 from raygate.server.uninstall_clusters import (
     RAY_SCHEDULER,
@@ -60,8 +61,6 @@ WEBHOOK_CONFIGURATION = "raygate-ray-pods"
 RAY_PODS = [("labelSelector", "ray.io/is-ray-node=yes"), ("fieldSelector", "status.phase=Pending")]
 """The pods raygate's webhook can have gated: KubeRay's (the webhook's objectSelector),
 pending (a gated pod is never bound)."""
-ATTEMPTS = 3
-Ops = list[dict[str, object]]
 
 
 class UninstallApi(Protocol):
@@ -220,25 +219,18 @@ class Uninstall:
         """Remove the gate; True once removed, False when someone else did (or the pod
         went). A failed ``test`` (422) or a conflict: read the pod again and retry."""
         meta = pod.metadata
-        for attempt in range(ATTEMPTS):
-            ops = gate_removal(meta.uid, _gates(pod))
-            try:
-                self.api.patch_pod(meta.namespace, meta.name, ops)
-                return True
-            except NotServed:
-                return False
-            except ApiError as exc:
-                if exc.code not in (409, 422) or attempt == ATTEMPTS - 1:
-                    raise
-            try:
-                again = _decode_pod(self.api.get(
-                    f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}", []))
-            except NotServed:
-                return False
-            if again is None or again.metadata.uid != meta.uid or GATE not in _gates(again):
-                return False
-            pod = again
-        return False  # pragma: no cover - the loop returns or raises
+
+        def read() -> kube.Pod | None:
+            return _decode_pod(self.api.get(
+                f"/api/v1/namespaces/{meta.namespace}/pods/{meta.name}", []))
+
+        def removal(current: kube.Pod) -> Ops:
+            gates = _gates(current)
+            held = current.metadata.uid == meta.uid and GATE in gates
+            return gate_removal(meta.uid, gates) if held else []
+
+        return bool(patch_guarded(read, removal, lambda ops: self.api.patch_pod(
+            meta.namespace, meta.name, ops), first=pod))
 
     # --- 4. no budget -------------------------------------------------------------------
     def _delete_budgets(self) -> None:

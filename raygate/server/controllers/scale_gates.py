@@ -41,7 +41,8 @@ from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Changes, Snapshot
 from raygate.server.controllers.reconcile import Reconciler, Result, Retries
 from raygate.server.controllers.scale_gate_patch import gate_key, gate_ops
-from raygate.server.kube.transport import ApiError, BackoffPolicy, NotServed
+from raygate.server.kube.guarded_patch import Ops, patch_guarded
+from raygate.server.kube.transport import BackoffPolicy, NotServed
 from raygate.server.metrics.registry import Metrics
 
 __all__ = ["ScaleGateApi", "ScaleGates"]
@@ -51,8 +52,6 @@ log = logging.getLogger("raygate.scale_gates")
 ClusterKey = tuple[str, str]
 Gates = dict[str, frozenset[str]]
 """Worker group -> raygate's gates on it."""
-ATTEMPTS = 3
-"""Reads and patches in a row when the RayCluster changed in between."""
 _SCHEMA: ClusterKey = ("", "")
 """The key of the schema read's failure record."""
 _UNREAD = "?"
@@ -188,20 +187,13 @@ class ScaleGates(Reconciler[ClusterKey]):
     def _write(self, key: ClusterKey, field: str, want: Gates) -> list[dict[str, Any]] | None:
         """Bring the RayCluster's entries to ``want``: the patch made ([]: none was needed,
         the cache was behind); None: the RayCluster is gone."""
-        for attempt in range(ATTEMPTS):
-            try:
-                ops = gate_ops(self.api.raycluster_json(*key), field, want)
-                if ops:
-                    self.api.patch_raycluster(key[0], key[1], ops)
-                    self._outcomes["written"].inc()
-                return ops
-            except NotServed:
-                return None
-            except ApiError as exc:
-                if exc.code not in (409, 422) or attempt == ATTEMPTS - 1:
-                    raise
-                self._outcomes["conflict"].inc()
-        raise AssertionError("the loop returns or raises")  # pragma: no cover
+        def send(ops: Ops) -> None:
+            self.api.patch_raycluster(key[0], key[1], ops)
+            self._outcomes["written"].inc()
+
+        return patch_guarded(lambda: self.api.raycluster_json(*key),
+                             lambda cluster: gate_ops(cluster, field, want), send,
+                             on_conflict=self._outcomes["conflict"].inc)
 
     def _said(self, key: ClusterKey, have: Gates, want: Gates,
               reasons: Mapping[str, Mapping[str, str]]) -> None:
