@@ -86,6 +86,11 @@ def enum_names(enum: EnumDescriptor) -> tuple[str, ...]:
 
 # --- the mapping, read off both declarations once per pair -------------------------------
 
+Pair = tuple[type[msgspec.Struct], type[Message]]
+_ENCODERS: dict[Pair, Callable[[Any], Any]] = {}
+_DECODERS: dict[Pair, Callable[[Any], Any]] = {}
+
+
 @functools.cache
 def _names(enum: EnumDescriptor) -> dict[int, str]:
     spell = ENUM_SPELLING.get(enum.full_name, str)
@@ -142,8 +147,10 @@ def _is_timestamp(proto: FieldDescriptor) -> bool:
     return proto.message_type is Timestamp.DESCRIPTOR
 
 
-@functools.cache
 def _encoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[Any], Any]:
+    made = _ENCODERS.get((struct, message))
+    if made is not None:
+        return made
     pairs = _pairs(struct, message)
     kept = {field.name for field, _ in pairs}
     dropped = [field.name for field in _fields(struct) if field.name not in kept]
@@ -163,6 +170,7 @@ def _encoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[
                 given[name] = step(held)
         return message(**given)
 
+    _ENCODERS[struct, message] = encode
     return encode
 
 
@@ -190,8 +198,10 @@ def _to_field(field: msgspec.inspect.Field, proto: FieldDescriptor,
     return lambda values: [each(value) for value in values]
 
 
-@functools.cache
 def _decoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[Any], Any]:
+    made = _DECODERS.get((struct, message))
+    if made is not None:
+        return made
     pairs = _pairs(struct, message)
     names = tuple(field.name for field, _ in pairs)
     getter = operator.attrgetter(*names)
@@ -221,6 +231,7 @@ def _decoder(struct: type[msgspec.Struct], message: type[Message]) -> Callable[[
                 values[i] = step(values[i])
         return struct(*values) if positional else struct(**dict(zip(names, values, strict=True)))
 
+    _DECODERS[struct, message] = decode
     return decode
 
 
