@@ -121,6 +121,8 @@ class Reconciler(OnThread, Looks, Generic[Key]):
         self.clock = clock
         self.leading = leading
         self.retries: Retries[Key] = Retries(backoff)
+        self._requeue: dict[Key, float] = {}
+        """Per key, when its last reconcile asked to be looked at again (``requeue``)."""
 
     # --- what the controller supplies -----------------------------------------------
     @abstractmethod
@@ -143,6 +145,16 @@ class Reconciler(OnThread, Looks, Generic[Key]):
         """Before the keys: False skips this check (what every key needs failed)."""
         return True
 
+    def requeue(self, key: Key, at: float) -> None:
+        """From ``reconcile``: look at ``key`` again at ``at`` even if nothing changes
+        (what it decided changes with time alone; controller-runtime's RequeueAfter).
+        The request lasts until the key's next reconcile, which asks again if need be."""
+        self._requeue[key] = at
+
+    def look_again(self) -> None:
+        super().look_again()
+        self._requeue.clear()  # every key is looked at anyway
+
     # --- the loop ---------------------------------------------------------------------
     def check(self) -> None:
         """Reconcile every key that changed since the last check, and those due."""
@@ -158,12 +170,14 @@ class Reconciler(OnThread, Looks, Generic[Key]):
         if not self.prepare(now):
             return
         snap = self.cache.snapshot
-        keys = set(self.keys(snap, self.changes(snap))) | self.retries.due(now)
+        keys = set(self.keys(snap, self.changes(snap))) | self.retries.due(now) | {
+            key for key, at in self._requeue.items() if at <= now}
         for key in sorted(keys):
             if not self.retries.waiting(key, now):  # else its retry comes
                 self.reconcile_one(key, snap, now)
 
     def reconcile_one(self, key: Key, snap: Snapshot, now: float) -> None:
+        self._requeue.pop(key, None)
         try:
             result = self.reconcile(key, snap, now)
         except Exception as exc:
@@ -192,8 +206,11 @@ class Reconciler(OnThread, Looks, Generic[Key]):
             self.log.info("%s: done now", subject, extra=self.fields(key))
 
     def idle_seconds(self) -> float | None:
-        """Until the next retry is due; None (until a publish) while the cache loads."""
-        due = self.retries.next_due()
-        if not self.cache.ready or due is None:
+        """Until the next retry or requeue is due (a key that waits out its backoff is
+        looked at again with its retry); None (until a publish) while the cache loads."""
+        requeue = min((at for key, at in self._requeue.items() if key not in self.retries),
+                      default=None)
+        due = [at for at in (self.retries.next_due(), requeue) if at is not None]
+        if not self.cache.ready or not due:
             return None
-        return max(due - self.clock(), 0.0)
+        return max(min(due) - self.clock(), 0.0)

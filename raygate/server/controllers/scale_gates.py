@@ -90,8 +90,6 @@ class ScaleGates(Reconciler[ClusterKey]):
         self._schema: Retries[ClusterKey] = Retries(backoff)
         self._gates: dict[ClusterKey, Gates] = {}
         """Per RayCluster, raygate's gates on it as last read or written."""
-        self._next: dict[ClusterKey, float] = {}
-        """Per RayCluster, when its status may change with time alone."""
         self._counts: Mapping[str, int] = {}
         metrics.watch_scale_gates(lambda: self._counts)
 
@@ -99,15 +97,19 @@ class ScaleGates(Reconciler[ClusterKey]):
         """Every RayCluster, nothing taken as written (a new leader rewrites)."""
         super().look_again()
         self._gates.clear()
-        self._next.clear()
         self._count()
 
+    def check(self) -> None:
+        super().check()
+        self._count()  # once a check, not once a key
+
     def idle_seconds(self) -> float | None:
-        due = [t for t in (self.retries.next_due(), self._schema.next_due(),
-                           min(self._next.values(), default=None)) if t is not None]
-        if not self.cache.ready or not due:
-            return None
-        return max(min(due) - self.clock(), 0.0)
+        """The runtime's, or sooner the schema read's retry."""
+        idle, schema = super().idle_seconds(), self._schema.next_due()
+        if schema is None or not self.cache.ready:
+            return idle
+        wait = max(schema - self.clock(), 0.0)
+        return wait if idle is None else min(idle, wait)
 
     # --- the check ----------------------------------------------------------------------
     def prepare(self, now: float) -> bool:
@@ -139,11 +141,9 @@ class ScaleGates(Reconciler[ClusterKey]):
         self.look_again()
 
     def keys(self, snap: Snapshot, changes: Changes | None) -> set[ClusterKey]:
-        now = self.clock()
-        due = {k for k, at in self._next.items() if at <= now}
         if changes is None:
             return {(c.namespace, c.name) for c in snap.rayclusters()} | self._gates.keys()
-        return due | {k for k in changes.clusters
+        return {k for k in changes.clusters
                       if k in self._gates or snap.raycluster(*k) is not None}
 
     def reconcile(self, key: ClusterKey, snap: Snapshot, now: float) -> Result:
@@ -177,10 +177,8 @@ class ScaleGates(Reconciler[ClusterKey]):
         if not snap.config.scale_gates:
             return {g.name: frozenset() for g in view.worker_groups}, {}
         derived = admission_status(view, snap, snap.config, now)
-        if derived.next_change is None:
-            self._next.pop((view.namespace, view.name), None)
-        else:
-            self._next[(view.namespace, view.name)] = derived.next_change
+        if derived.next_change is not None:  # the status changes with time alone
+            self.requeue((view.namespace, view.name), derived.next_change)
         reasons = dict(cluster_gates(derived.status))
         return {g: frozenset(gates) for g, gates in reasons.items()}, reasons
 
@@ -209,12 +207,9 @@ class ScaleGates(Reconciler[ClusterKey]):
 
     def _remember(self, key: ClusterKey, gates: Gates) -> None:
         self._gates[key] = gates
-        self._count()
 
     def _forget(self, key: ClusterKey) -> None:
         self._gates.pop(key, None)
-        self._next.pop(key, None)
-        self._count()
 
     def _count(self) -> None:
         counts: dict[str, int] = {}
