@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["GATE_KEYS", "PREFIX", "gate_key"]
+__all__ = ["GATE_KEYS", "PREFIX", "gate_key", "is_raygates"]
 
 PREFIX = "raygate.io/"
+"""Every gate raygate writes is named under it; it removes only those."""
 GATE_KEYS = ("type", "name")
 """Where an entry names its gate, in order of preference."""
 
@@ -28,3 +29,8 @@ def gate_key(entry: object) -> tuple[str, str]:
             if isinstance(name, str) and name:
                 return key, name
     return "", ""
+
+
+def is_raygates(gate: str) -> bool:
+    """Whether ``gate`` is one of raygate's (named under ``PREFIX``)."""
+    return gate.startswith(PREFIX)

@@ -150,10 +150,10 @@ class GpuRoom:
         constraints = (None if pod.constraints is None
                        else pod.constraints.without(self._written))
         key = (tuple(sorted(need.items())), _shape(constraints))
-        node = self._answers().by_shape.get(key)
+        answers = self._answers()
+        node = answers.by_shape.get(key)
         if node is None:
-            node = self._answers().by_shape[key] = self._answers().only_gpu_node(
-                need, constraints)
+            node = answers.by_shape[key] = answers.only_gpu_node(need, constraints)
         return (f"only GPU nodes have room for it ({node} has; no other node it may use "
                 f"has), and raygate's rule {rule.value} keeps it off them") if node else ""
 

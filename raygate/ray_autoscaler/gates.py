@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from raygate.contract.scale_gate import PREFIX, gate_key
+from raygate.contract.scale_gate import gate_key, is_raygates
 from raygate.process.logs import about
 
 __all__ = ["ScaleGates", "gates_of", "keep_gates"]
@@ -45,10 +45,6 @@ def gates_of(cluster: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
         if names and isinstance(group.get("groupName"), str):
             found[group["groupName"]] = tuple(sorted(names))
     return found
-
-
-def is_raygates(gate: str) -> bool:
-    return gate.startswith(PREFIX)
 
 
 class ScaleGates:

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from raygate.contract.scale_gate import PREFIX, gate_key
+from raygate.contract.scale_gate import gate_key, is_raygates
 from raygate.server.wire import DECODE_ERRORS, kube
 
 __all__ = ["RAY_SCHEDULER", "RayClusterRead", "decode_cluster",
@@ -66,7 +66,7 @@ def scale_gate_removal(uid: str, groups: Sequence[Sequence[object] | None]) -> O
     for i, entries in enumerate(groups):
         for j in reversed(range(len(entries or ()))):
             key, name = gate_key((entries or ())[j])
-            if name.startswith(PREFIX):
+            if is_raygates(name):
                 path = f"/spec/workerGroupSpecs/{i}/scaleStrategy/scaleGate/{j}"
                 ops += [{"op": "test", "path": f"{path}/{key}", "value": name},
                         {"op": "remove", "path": path}]

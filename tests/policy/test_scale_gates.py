@@ -4,12 +4,13 @@ quota, a gang's admission)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import pytest
 
 from raygate.policy.admission import PodAction, PodState, ScaleUp
-from raygate.policy.admission.gates import group_gates, group_scale_gates
+from raygate.policy.admission.gates import group_scale_gates
 from raygate.policy.admission.groups import GroupStatus
 from raygate.policy.admission.pods import PodStatus
 from raygate.policy.admission.states import Advice
@@ -82,6 +83,11 @@ CASES = [
         PodState.WAITING_FOR_CAPACITY, "insufficient-resources", "Insufficient cpu"),), set()),
     Case("starting", (pod(PodState.STARTING, "bound-starting"),), set()),
 ]
+
+
+def group_gates(status: GroupStatus, pods: Iterable[PodStatus]) -> dict[str, str]:
+    """The gates the group should carry, with their reasons, as the status shows them."""
+    return {g.name: g.reason for g in group_scale_gates(status, pods, ()) if g.wanted}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from raygate.contract.scale_gate import PREFIX, gate_key
+from raygate.contract.scale_gate import PREFIX, gate_key, is_raygates
 from raygate.policy.admission.groups import GroupStatus
 from raygate.policy.admission.pods import SCALE_UP_HELD, PodStatus
 from raygate.policy.admission.states import (
@@ -35,10 +35,7 @@ from raygate.policy.admission.states import (
 from raygate.policy.classify import HEAD_GROUP
 
 __all__ = ["CANNOT_FIT", "FOREIGN", "NO_NODE_COMING", "ONLY_GPU_ROOM",
-           "SCALE_GATE_RULES", "STALE", "THRASH_GUARD", "ScaleGateRule", "group_gates",
-           "group_scale_gates"]
-
-"""Every gate raygate writes is named under it; it removes only those."""
+           "SCALE_GATE_RULES", "STALE", "THRASH_GUARD", "ScaleGateRule", "group_scale_gates"]
 
 NO_NODE_COMING = PREFIX + "no-node-coming"
 ONLY_GPU_ROOM = PREFIX + "only-gpu-room"
@@ -49,7 +46,6 @@ FOREIGN = "set by another controller"
 """The reason shown for another writer's gate: its entry says no more than its name."""
 STALE = "no reason for it holds now: raygate removes it"
 """The reason shown for a gate of raygate's on the RayCluster that it no longer wants."""
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +138,6 @@ def _wanted(status: GroupStatus, pods: Iterable[PodStatus]) -> list[ScaleGate]:
             for rule in SCALE_GATE_RULES if rule.applies(group)]
 
 
-def group_gates(status: GroupStatus, pods: Iterable[PodStatus]) -> dict[str, str]:
-    """The gates a worker group should carry, each with its reason; {} for the head."""
-    return {gate.name: gate.reason for gate in _wanted(status, pods)}
-
-
 def group_scale_gates(status: GroupStatus, pods: Iterable[PodStatus],
                       entries: Sequence[Mapping[str, str]], *, writing: bool = True,
                       ) -> tuple[ScaleGate, ...]:
@@ -161,7 +152,7 @@ def group_scale_gates(status: GroupStatus, pods: Iterable[PodStatus],
                        present=g.name in on_cluster) for g in wanted]
     for name in dict.fromkeys(on_cluster):
         if name not in names:
-            ours = name.startswith(PREFIX)
+            ours = is_raygates(name)
             shown.append(ScaleGate(name, GATE_RAYGATE if ours else GATE_OTHER,
                                    STALE if ours else FOREIGN, None, wanted=False,
                                    present=True))

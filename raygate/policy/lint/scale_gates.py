@@ -10,7 +10,7 @@ alone, so each finding says where to ask. Another writer's gate is its writer's 
 
 from __future__ import annotations
 
-from raygate.contract.scale_gate import PREFIX
+from raygate.contract.scale_gate import is_raygates
 from raygate.policy.admission.gates import (
     CANNOT_FIT,
     NO_NODE_COMING,
@@ -49,7 +49,7 @@ _HONOURED = ("an autoscaler that honours scale gates (raygate-autoscaler) launch
 def _finding(cluster: LintCluster, group: GroupSpec, index: int, name: str) -> Finding:
     path = group_path(cluster, group, f"scaleStrategy.scaleGate[{index}]")
     label = group_label(group)
-    if not name.startswith(PREFIX):
+    if not is_raygates(name):
         return Finding(
             "RG018", Severity.INFO, cluster.ref, path,
             f"{label} carries scale gate {name}, another controller's: {_HONOURED}",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from raygate.contract.scale_gate import PREFIX
+from raygate.contract.scale_gate import is_raygates
 
 __all__ = ["gate_key", "gate_ops"]
 
@@ -64,7 +64,7 @@ def own_gates(group: Mapping[str, Any], key: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for j, entry in enumerate(_entries(group) or ()):
         name = _object(entry).get(key)
-        if isinstance(name, str) and name.startswith(PREFIX):
+        if isinstance(name, str) and is_raygates(name):
             found.setdefault(name, j)
     return found
 

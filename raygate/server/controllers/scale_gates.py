@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from raygate.contract.scale_gate import PREFIX
+from raygate.contract.scale_gate import PREFIX, is_raygates
 from raygate.policy.admission import admission_status
 from raygate.policy.model import RayClusterView
 from raygate.policy.scale_gates import cluster_gates
@@ -67,7 +67,7 @@ class ScaleGateApi(Protocol):
 
 def _on_cluster(view: RayClusterView, key: str) -> Gates:
     return {g.name: frozenset(e[key] for e in g.scale_gates
-                              if e.get(key, "").startswith(PREFIX))
+                              if is_raygates(e.get(key, "")))
             for g in view.worker_groups}
 
 
