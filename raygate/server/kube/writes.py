@@ -216,18 +216,16 @@ class Writes:
 
     def raycluster_json(self, namespace: str, name: str) -> dict[str, Any]:
         """The RayCluster as served now, as JSON; raises ``NotServed`` when it is gone."""
-        path = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}"
-        try:
-            return cast(dict[str, Any], msgspec.json.decode(self.get(path, [])))
-        except DECODE_ERRORS as exc:
-            raise TransportError(f"GET {path}: not JSON: {exc}") from None
+        return self._get_json(f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
 
     def raycluster_openapi(self) -> dict[str, Any]:
         """The OpenAPI v3 document of ``ray.io/v1`` (the served CRD schemas, with their
         ``x-kubernetes-*`` extensions); readable by every authenticated client (the
         system:discovery ClusterRole), no RBAC rule of raygate's own. ``NotServed``: no
         ray.io/v1 at all."""
-        path = "/openapi/v3/apis/ray.io/v1"
+        return self._get_json("/openapi/v3/apis/ray.io/v1")
+
+    def _get_json(self, path: str) -> dict[str, Any]:
         try:
             return cast(dict[str, Any], msgspec.json.decode(self.get(path, [])))
         except DECODE_ERRORS as exc:
