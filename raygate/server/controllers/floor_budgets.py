@@ -47,7 +47,13 @@ from raygate.server.controllers.events import (
     Reason,
     Regarding,
 )
-from raygate.server.controllers.reconcile import Reconciler, Result, Retries
+from raygate.server.controllers.reconcile import (
+    ClusterKey,
+    Reconciler,
+    Result,
+    Retries,
+    cluster_keys,
+)
 from raygate.server.kube.transport import BackoffPolicy
 from raygate.server.metrics.registry import Metrics
 
@@ -57,8 +63,6 @@ log = logging.getLogger("raygate.budgets")
 
 SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
-ClusterKey = tuple[str, str]
-"""(namespace, RayCluster name)."""
 
 
 class BudgetApi(Protocol):
@@ -159,12 +163,8 @@ class FloorBudgets(Reconciler[ClusterKey]):
         return self._memo is not None or self._seed(now)
 
     def keys(self, snap: Snapshot, changes: Changes | None) -> set[ClusterKey]:
-        memo = self._memo
-        assert memo is not None
-        if changes is None:
-            return {(c.namespace, c.name) for c in snap.rayclusters()} | memo.keys()
-        return {key for key in changes.clusters
-                if key in memo or snap.raycluster(*key) is not None}
+        assert self._memo is not None
+        return cluster_keys(snap, changes, self._memo.keys())
 
     def _seed(self, now: float) -> bool:
         if self._listing.waiting(_LIST, now):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
@@ -25,10 +25,22 @@ from raygate.server.cache.snapshot import Changes, Snapshot
 from raygate.server.controllers.follow import Looks, OnThread
 from raygate.server.kube.transport import BackoffPolicy
 
-__all__ = ["Failure", "Reconciler", "Result", "Retries"]
+__all__ = ["ClusterKey", "Failure", "Reconciler", "Result", "Retries", "cluster_keys"]
 
 K = TypeVar("K")
 Key = TypeVar("Key", bound=tuple[str, ...])
+ClusterKey = tuple[str, str]
+"""A RayCluster's (namespace, name): the key of the controllers that write per cluster."""
+
+
+def cluster_keys(snap: Snapshot, changes: Changes | None,
+                 known: Collection[ClusterKey]) -> set[ClusterKey]:
+    """A per-RayCluster controller's keys: on a full look (``changes`` None) every
+    RayCluster and those it ``known`` (wrote for; one gone is cleaned up); else the
+    RayClusters the change touched that it knows or that still exist."""
+    if changes is None:
+        return {(c.namespace, c.name) for c in snap.rayclusters()} | set(known)
+    return {key for key in changes.clusters if key in known or snap.raycluster(*key) is not None}
 
 
 @dataclass(slots=True)

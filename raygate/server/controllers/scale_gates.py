@@ -39,7 +39,13 @@ from raygate.policy.scale_gates import cluster_gates
 from raygate.process.logs import about
 from raygate.server.cache.cluster import ClusterCache
 from raygate.server.cache.snapshot import Changes, Snapshot
-from raygate.server.controllers.reconcile import Reconciler, Result, Retries
+from raygate.server.controllers.reconcile import (
+    ClusterKey,
+    Reconciler,
+    Result,
+    Retries,
+    cluster_keys,
+)
 from raygate.server.controllers.scale_gate_patch import gate_key, gate_ops
 from raygate.server.kube.guarded_patch import Ops, patch_guarded
 from raygate.server.kube.transport import BackoffPolicy, NotServed
@@ -49,7 +55,6 @@ __all__ = ["ScaleGateApi", "ScaleGates"]
 
 log = logging.getLogger("raygate.scale_gates")
 
-ClusterKey = tuple[str, str]
 Gates = dict[str, frozenset[str]]
 """Worker group -> raygate's gates on it."""
 _SCHEMA: ClusterKey = ("", "")
@@ -141,10 +146,7 @@ class ScaleGates(Reconciler[ClusterKey]):
         self.look_again()
 
     def keys(self, snap: Snapshot, changes: Changes | None) -> set[ClusterKey]:
-        if changes is None:
-            return {(c.namespace, c.name) for c in snap.rayclusters()} | self._gates.keys()
-        return {k for k in changes.clusters
-                      if k in self._gates or snap.raycluster(*k) is not None}
+        return cluster_keys(snap, changes, self._gates.keys())
 
     def reconcile(self, key: ClusterKey, snap: Snapshot, now: float) -> Result:
         view = snap.raycluster(*key)
